@@ -1,0 +1,815 @@
+"""ActiveMQ through stomp.py (STOMP 1.2, heart-beats), the staging interface.
+
+What this relies on, checked against ActiveMQ 5.17 (tests/integration/test_adapters.py):
+- A MESSAGE carries the message's own headers: custom headers (kept as string properties),
+  ``persistent:true`` (only when persistent), ``priority``, ``expires`` (``0`` = never),
+  ``timestamp``, ``type``, ``reply-to``, ``correlation-id``; the broker adds ``message-id``,
+  ``destination``, ``subscription``, ``ack``, ``redelivered`` and ``content-length``.
+  ``Message.headers`` is all but those six, so it holds what a plain STOMP subscriber sees as the
+  message's own. ``timestamp`` stays: ActiveMQ takes a SEND's ``timestamp`` as JMSTimestamp, so a
+  moved message keeps its original send time. ``expires:0`` and ``priority:4``, which the broker
+  reports for a message that set neither, mean the same when sent again.
+- A SEND without ``content-length`` makes a TextMessage, one with it a BytesMessage, and only a
+  BytesMessage's MESSAGE has ``content-length``. ``settle`` gives a replacement the kind of the
+  held message it replaces (text when its body is UTF-8 without NUL); ``publish`` sends bytes.
+- ``JMSXGroupID``/``JMSXGroupSeq`` on a SEND set the group and never come back as headers.
+- ``browser:true`` on SUBSCRIBE browses the queue, messages held by consumers included, and ends
+  with a MESSAGE carrying ``browser:end``.
+- ``selector`` on SUBSCRIBE filters (custom headers by name, ``correlation-id`` as
+  JMSCorrelationID, ``type`` as JMSType, the message id as JMSMessageID).
+- SENDs and ACKs inside BEGIN..COMMIT are one transaction; an ERROR names the ``receipt-id`` of the
+  frame that failed and leaves the connection open. A SEND refused that way (e.g. to a
+  ``/remote-temp-queue/`` whose connection is gone: DestinationDoesNotExistException) makes
+  ``settle`` ABORT the transaction, which undoes its ACKs and leaves their messages held by us,
+  redo the moves before the refused one in a new transaction, and raise PutRefused.
+- Queue depths come from the statistics plugin (``<statisticsBrokerPlugin/>``): a SEND to
+  ``/queue/ActiveMQ.Statistics.Destination.<queue>`` with a ``reply-to`` is answered with a
+  MapMessage, read as JSON (``transformation:jms-map-json``) on a connection of its own: a STOMP
+  consumer can only receive a MapMessage through that translator, which needs XStream and
+  Jettison on the broker's classpath, and a broker without them drops the connection.
+- NACK makes ActiveMQ dead-letter the message at once (a poison ack), so nothing here NACKs.
+  ``put_back`` of a peeked head UNSUBSCRIBEs that queue's peek subscription: the broker puts the
+  head back in its place (marked redelivered, never dead-lettered), where another connection's
+  ``take`` (a tool's cancel or release) can get it, and the next ``peek`` subscribes again
+  (a millisecond or two). ``hold_put_back=True`` keeps holding instead (ActiveMQ has no consumer
+  timeout): re-peeks cost nothing, but no other connection can take that head meanwhile.
+
+A lost connection (socket, heart-beat, ERROR that closes it) makes the next call raise
+BrokerUnavailable; ``connect`` again to go on (subscriptions are not restored).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import queue as queues
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Collection, Generator, Iterator, Sequence
+from dataclasses import dataclass
+
+from stomp import Connection12, ConnectionListener  # type: ignore[import-untyped]
+from stomp.exception import StompException  # type: ignore[import-untyped]
+from stomp.utils import Frame  # type: ignore[import-untyped]
+
+from adapters.base import PER_DELIVERY, Held, Message, Move, connect_with_retries
+from bridge import logs
+from bridge.config import Endpoint
+from bridge.errors import BrokerUnavailable, PutRefused
+from policies.reasons import (
+    MQRC_MSG_TOO_BIG_FOR_Q,
+    MQRC_NOT_AUTHORIZED,
+    MQRC_Q_FULL,
+    MQRC_UNEXPECTED_ERROR,
+    MQRC_UNKNOWN_OBJECT_NAME,
+    Reason,
+)
+
+# Never copied from a Message onto a SEND: the adapter sets its own.
+FRAME_HEADERS = PER_DELIVERY | {"receipt", "transaction"}
+
+# /remote-temp-queue/<id>: another connection's temporary queue (a reply-to), as ActiveMQ names it.
+DESTINATION_PREFIXES = ("/queue/", "/topic/", "/remote-temp-queue/", "/remote-temp-topic/")
+STATISTICS = "/queue/ActiveMQ.Statistics.Destination."
+STATISTICS_REPLY = "/temp-queue/jms-bridge-statistics"
+# The plugin ends its list of replies with an empty message when the request asks for it.
+STATISTICS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"
+STATISTICS_TIMEOUT_S = 0.5  # how long a statistics query may hold up the engine
+# An ERROR's text -> the reason it refuses a SEND for (first match).
+REFUSALS: tuple[tuple[tuple[str, ...], Reason], ...] = (
+    (("DestinationDoesNotExist", "does not exist"), MQRC_UNKNOWN_OBJECT_NAME),
+    (("SecurityException", "not authorized", "Not authorized"), MQRC_NOT_AUTHORIZED),
+    (("ResourceAllocationException", "Usage Manager", "limit reached", "is full"), MQRC_Q_FULL),
+    (("too large", "maxFrameSize", "exceeds"), MQRC_MSG_TOO_BIG_FOR_Q),
+)
+SELECTOR_FIELDS = {
+    "correlation-id": "JMSCorrelationID",
+    "type": "JMSType",
+    "message-id": "JMSMessageID",
+}
+# STOMP headers ActiveMQ maps to JMS fields: not properties a selector can name.
+MAPPED_HEADERS = frozenset({"persistent", "priority", "expires", "timestamp", "reply-to"})
+SELECTOR_WORDS = frozenset(
+    {"NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "NULL", "TRUE", "FALSE", "ESCAPE"}
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+
+_Inbox = queues.Queue[Frame | None]  # None: the connection went away
+
+# stomp.py logs through "stomp.py" without a handler of its own, so Python's last-resort handler
+# would print its warnings ("could not connect ...") to stderr beside our one-line error.
+logging.getLogger("stomp.py").addHandler(logging.NullHandler())
+
+
+@dataclass(frozen=True, slots=True)
+class _Ack:
+    generation: int  # of the connection that delivered it
+    ack_id: str
+    text: bool  # a TextMessage (its MESSAGE had no content-length)
+    peeked: bool
+
+
+class _Listener(ConnectionListener):  # type: ignore[misc]
+    """Runs on stomp.py's receiver thread; hands everything over under one condition."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.connected = False
+        self.lost: str | None = None
+        self.receipts: set[str] = set()
+        self.failed: dict[str, str] = {}  # receipt-id -> the ERROR's message
+        self.errors: list[str] = []  # ERRORs that name no receipt
+        self.routes: dict[str, _Inbox] = {}
+
+    def on_connected(self, frame: Frame) -> None:
+        with self.cv:
+            self.connected = True
+            self.cv.notify_all()
+
+    def on_message(self, frame: Frame) -> None:
+        inbox = self.routes.get(frame.headers.get("subscription", ""))
+        if inbox is not None:
+            inbox.put(frame)
+
+    def on_receipt(self, frame: Frame) -> None:
+        with self.cv:
+            self.receipts.add(frame.headers.get("receipt-id", ""))
+            self.cv.notify_all()
+
+    def on_error(self, frame: Frame) -> None:
+        text = frame.headers.get("message", "ERROR")
+        body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else (
+            frame.body or "")
+        detail = body.strip().partition("\n")[0].strip()  # the exception's first line
+        if detail and detail not in text:
+            text = f"{text}: {detail}"
+        with self.cv:
+            if "receipt-id" in frame.headers:
+                self.failed[frame.headers["receipt-id"]] = text
+            else:
+                self.errors.append(text)
+            self.cv.notify_all()
+
+    def on_heartbeat_timeout(self) -> None:
+        self._gone("no heart-beat from the broker")
+
+    def on_disconnected(self) -> None:
+        self._gone("connection closed")
+
+    def _gone(self, why: str) -> None:
+        with self.cv:
+            if self.lost is None:
+                self.lost = self.errors[-1] if self.errors else why
+            self.cv.notify_all()
+        for inbox in list(self.routes.values()):
+            inbox.put(None)
+
+
+class ActiveMQ:
+    """The staging interface on ActiveMQ through one STOMP 1.2 connection."""
+
+    name = "activemq"
+
+    def __init__(
+        self,
+        stomp: Endpoint,
+        *,
+        peek_wait: float = 0.02,
+        subscribe_wait: float = 0.03,
+        take_wait: float = 0.5,
+        hold_put_back: bool = False,
+        receipt_timeout: float = 10.0,
+        heartbeats: tuple[int, int] = (10000, 10000),
+        connect_attempts: int = 1,
+        retry_wait: float = 0.2,
+    ) -> None:
+        self.endpoint = stomp
+        self._peek_wait = peek_wait  # how long a peek waits for the next head after a settle
+        self._subscribe_wait = subscribe_wait  # the same, for the first head after subscribing
+        self._take_wait = take_wait
+        self._hold_put_back = hold_put_back
+        self._receipt_timeout = receipt_timeout
+        self._heartbeats = heartbeats
+        self._attempts = connect_attempts
+        self._retry_wait = retry_wait
+        self._conn: Connection12 | None = None
+        self._listener = _Listener()
+        self._generation = 0
+        self._ids = itertools.count(1)
+        self._peeks: dict[str, tuple[str, _Inbox]] = {}  # queue -> its prefetch-1 subscription
+        self._heads: dict[str, Held] = {}  # queue -> the head we hold
+        self._expect: dict[str, float] = {}  # queue -> until when a head may be on its way
+        self._polled: _Inbox = queues.Queue()
+        self._polled_queue: dict[str, str] = {}  # subscription id -> queue
+        self._returned: list[Held] = []  # put back after a poll: the next poll returns them
+        self._stats: tuple[Connection12, _Inbox] | None = None  # the statistics connection
+        self._log = logs.get("adapters.activemq", broker=self.name, address=str(stomp))
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the connection (``connect_attempts`` tries); BrokerUnavailable names the address."""
+        if self._conn is not None and self._listener.lost is None:
+            return
+        connect_with_retries(self._connect_once, self._attempts, self._retry_wait)
+
+    def _connect_once(self) -> None:
+        self.close()
+        ep = self.endpoint
+        listener = _Listener()
+        conn = Connection12(
+            [(ep.host, ep.port)],
+            heartbeats=self._heartbeats,
+            auto_decode=False,
+            auto_content_length=False,
+            vhost=ep.vhost or "/",
+            reconnect_attempts_max=1,
+        )
+        conn.set_listener("jms-bridge", listener)
+        try:
+            conn.connect(ep.user, ep.password, wait=False)
+        except (StompException, OSError) as exc:
+            raise BrokerUnavailable(f"{self._where()}: {_refusal(ep, exc)}") from exc
+        _no_delays(conn)
+        with listener.cv:
+            listener.cv.wait_for(
+                lambda: listener.connected or listener.lost is not None or bool(listener.errors),
+                self._receipt_timeout,
+            )
+        if not listener.connected:
+            why = (listener.errors or [listener.lost or "no CONNECTED frame in time"])[0]
+            _stop(conn)
+            raise BrokerUnavailable(f"{self._where()}: CONNECT refused: {why}")
+        self._conn, self._listener = conn, listener
+        self._generation += 1
+        self._polled = queues.Queue()
+        self._log.debug("connected")
+
+    def close(self) -> None:
+        """Close; the broker returns everything held to its queue."""
+        conn, self._conn = self._conn, None
+        self._peeks.clear()
+        self._heads.clear()
+        self._expect.clear()
+        self._polled_queue.clear()
+        self._returned.clear()
+        self._close_statistics()
+        if conn is not None:
+            grace = 0.0
+            if self._listener.lost is None:
+                with contextlib.suppress(StompException, OSError):
+                    conn.disconnect()
+                    grace = 1.0
+            _stop(conn, grace)
+
+    def _where(self) -> str:
+        return f"{self.name} STOMP at {self.endpoint.host}:{self.endpoint.port}"
+
+    def _live(self) -> Connection12:
+        """The connection, or BrokerUnavailable (and close) when it is gone."""
+        lost = self._listener.lost
+        if self._conn is None or lost is not None:
+            self.close()
+            raise BrokerUnavailable(f"{self._where()}: {lost or 'not connected'}")
+        return self._conn
+
+    @contextlib.contextmanager
+    def _translate(self) -> Iterator[None]:
+        """The one place stomp.py's and the socket's errors become BrokerUnavailable."""
+        try:
+            yield
+        except (StompException, OSError) as exc:
+            self.close()
+            self._log.debug("broker error", error=repr(exc))
+            raise BrokerUnavailable(f"{self._where()}: {type(exc).__name__}: {exc}") from exc
+
+    def _receipt(self) -> str:
+        return f"jb-{next(self._ids)}"
+
+    def _await_all(self, receipts: Collection[str], what: str) -> dict[str, str]:
+        """Wait for every receipt to be answered, RECEIPT or ERROR; the ERRORs' texts by
+        receipt. A lost connection or silence raise BrokerUnavailable."""
+        listener = self._listener
+        with listener.cv:
+            done = listener.cv.wait_for(
+                lambda: listener.lost is not None
+                or all(r in listener.receipts or r in listener.failed for r in receipts),
+                self._receipt_timeout,
+            )
+            failures = {r: listener.failed.pop(r) for r in receipts if r in listener.failed}
+            listener.receipts.difference_update(receipts)
+        self._live()
+        if not done:
+            self.close()  # the state is unknown: give everything back
+            raise BrokerUnavailable(f"{self._where()}: {what}: no RECEIPT in time")
+        return failures
+
+    def _await(self, receipts: Collection[str], what: str) -> None:
+        """Wait for RECEIPTs; an ERROR for one of them, a lost connection or silence raise."""
+        listener = self._listener
+        with listener.cv:
+            done = listener.cv.wait_for(
+                lambda: listener.lost is not None
+                or any(r in listener.failed for r in receipts)
+                or all(r in listener.receipts for r in receipts),
+                self._receipt_timeout,
+            )
+            failures = [listener.failed.pop(r) for r in receipts if r in listener.failed]
+            listener.receipts.difference_update(receipts)
+        if failures:
+            raise BrokerUnavailable(f"{self._where()}: {what}: {failures[0]}")
+        self._live()
+        if not done:
+            self.close()  # the state is unknown: give everything back
+            raise BrokerUnavailable(f"{self._where()}: {what}: no RECEIPT in time")
+
+    def _subscribe(self, queue: str, inbox: _Inbox, *, ack: str, **headers: str) -> str:
+        conn = self._live()
+        sid = f"jb-sub-{next(self._ids)}"
+        self._listener.routes[sid] = inbox
+        rid = self._receipt()
+        with self._translate():
+            conn.subscribe(f"/queue/{queue}", id=sid, ack=ack, headers={**headers, "receipt": rid})
+        self._await([rid], f"SUBSCRIBE /queue/{queue}")
+        return sid
+
+    def _unsubscribe(self, sid: str) -> None:
+        self._listener.routes.pop(sid, None)
+        if self._conn is not None and self._listener.lost is None:
+            with self._translate():
+                self._conn.unsubscribe(sid)
+
+    # -- queues --------------------------------------------------------------------------------
+
+    def ensure_queues(self, names: Sequence[str]) -> None:
+        """ActiveMQ creates a queue when a consumer first names it: browse each with a
+        selector that matches nothing."""
+        for name in names:
+            sid = self._subscribe(
+                name, queues.Queue(), ack="auto", browser="true", selector="JMSPriority < 0"
+            )
+            self._unsubscribe(sid)
+
+    def client_destination(self, queue: str) -> str:
+        return f"/queue/{queue}"
+
+    def depth(self, queue: str) -> int:
+        """The statistics plugin's ``size`` of ``queue`` (messages held by consumers counted);
+        0 for a queue the broker does not have. One request and its replies on the statistics
+        connection; BrokerUnavailable (and that connection closed) when there is no answer."""
+        conn, inbox = self._statistics()
+        with contextlib.suppress(queues.Empty):
+            while True:  # leftovers of a request that timed out
+                inbox.get_nowait()
+        cid = f"jb-stats-{uuid.uuid4().hex}"
+        expires = str(time.time_ns() // 1_000_000 + 60_000)
+        try:
+            conn.send(
+                STATISTICS + queue, b"",
+                headers={"reply-to": STATISTICS_REPLY, "correlation-id": cid,
+                         STATISTICS_END: "true", "expires": expires},
+            )
+            # Short: this runs in the release loop, and a local broker answers in milliseconds.
+            deadline = time.monotonic() + STATISTICS_TIMEOUT_S
+            while True:
+                frame = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                if frame is None:
+                    raise BrokerUnavailable(f"{self._where()}: statistics connection lost")
+                if frame.headers.get("correlation-id", cid) != cid:
+                    continue
+                values = map_message_json(frame.body)
+                if "size" in values:
+                    return int(str(values["size"]))
+                if not values.get("destinationName"):
+                    return 0  # the end of the list: no such queue
+        except queues.Empty:
+            self._close_statistics()
+            raise BrokerUnavailable(
+                f"{self._where()}: no answer from ActiveMQ.Statistics.Destination.{queue} "
+                "(is <statisticsBrokerPlugin/> configured, with XStream and Jettison for "
+                "jms-map-json?)"
+            ) from None
+        except (StompException, OSError, ValueError) as exc:
+            self._close_statistics()
+            raise BrokerUnavailable(f"{self._where()}: statistics: {exc!r}") from exc
+
+    def _statistics(self) -> tuple[Connection12, _Inbox]:
+        """The statistics connection, opened on first use: a translator failure on the broker
+        closes it, never the staging connection."""
+        if self._stats is not None and self._stats[0].is_connected():
+            return self._stats
+        self._close_statistics()
+        ep = self.endpoint
+        inbox: _Inbox = queues.Queue()
+        listener = _Listener()
+        listener.routes["stats"] = inbox
+        conn = Connection12([(ep.host, ep.port)], heartbeats=(0, 0), auto_decode=False,
+                            vhost=ep.vhost or "/", reconnect_attempts_max=1)
+        conn.set_listener("jms-bridge-stats", listener)
+        self._stats = (conn, inbox)
+        try:
+            conn.connect(ep.user, ep.password, wait=True)
+            conn.subscribe(STATISTICS_REPLY, id="stats", ack="auto",
+                           headers={"transformation": "jms-map-json", "receipt": "stats"})
+            with listener.cv:
+                ok = listener.cv.wait_for(lambda: "stats" in listener.receipts
+                                          or listener.lost is not None, self._receipt_timeout)
+            if not ok or listener.lost is not None:
+                raise BrokerUnavailable(
+                    f"{self._where()}: statistics: SUBSCRIBE with transformation:jms-map-json "
+                    "not answered (a broker without XStream and Jettison drops the connection)"
+                )
+        except (StompException, OSError) as exc:
+            self._close_statistics()
+            raise BrokerUnavailable(f"{self._where()}: statistics: {exc!r}") from exc
+        except BrokerUnavailable:
+            self._close_statistics()
+            raise
+        return self._stats
+
+    def _close_statistics(self) -> None:
+        stats, self._stats = self._stats, None
+        if stats is not None:
+            _stop(stats[0])
+
+    # -- holding -------------------------------------------------------------------------------
+
+    def peek(self, queue: str) -> Held | None:
+        """The head, through one ``activemq.prefetchSize:1`` subscription per queue.
+
+        The broker pushes a head as soon as there is one and we hold none, so peek only waits
+        when a head is on its way: ``subscribe_wait`` s after the queue's first peek,
+        ``peek_wait`` s after its head was settled. Otherwise an empty inbox means an empty
+        queue (as of a network round trip ago) and peek returns None at once."""
+        self._live()
+        held = self._heads.get(queue)
+        if held is not None:
+            return held
+        if queue not in self._peeks:
+            inbox: _Inbox = queues.Queue()
+            sid = self._subscribe(
+                queue, inbox, ack="client-individual", **{"activemq.prefetchSize": "1"}
+            )
+            self._peeks[queue] = (sid, inbox)
+            self._expect[queue] = time.monotonic() + self._subscribe_wait
+        inbox = self._peeks[queue][1]
+        wait = self._expect.pop(queue, 0.0) - time.monotonic()
+        try:
+            frame = inbox.get(timeout=wait) if wait > 0 else inbox.get_nowait()
+        except queues.Empty:
+            return None
+        if frame is None:
+            self._live()
+            return None
+        held = self._held(queue, frame, peeked=True)
+        self._heads[queue] = held
+        return held
+
+    def _held(self, queue: str, frame: Frame, *, peeked: bool) -> Held:
+        token = _Ack(
+            self._generation, frame.headers["ack"], "content-length" not in frame.headers, peeked
+        )
+        return Held(queue, _message(frame), token)
+
+    def put_back(self, held: Held) -> None:
+        """A peeked head: UNSUBSCRIBE its queue's peek subscription, so the broker puts it
+        back at the head where another connection can take it (a tool's cancel), and the next
+        peek subscribes again; with ``hold_put_back`` keep holding it instead (the next peek
+        returns it at once, but no other connection can take it meanwhile). A subscription's
+        message is kept and comes again from the next poll. Never a NACK (dead-letters it)."""
+        token = self._token(held)
+        if token.generation != self._generation:
+            return  # its connection is gone, so the broker has put it back already
+        if not token.peeked:
+            self._returned.append(held)
+        elif self._hold_put_back:
+            self._heads[held.queue] = held
+        elif self._heads.get(held.queue) is held:
+            del self._heads[held.queue]
+            sid, _ = self._peeks.pop(held.queue)
+            self._unsubscribe(sid)
+
+    def subscribe(self, queue: str, prefetch: int) -> None:
+        sid = self._subscribe(
+            queue,
+            self._polled,
+            ack="client-individual",
+            **{"activemq.prefetchSize": str(prefetch)},
+        )
+        self._polled_queue[sid] = queue
+
+    def poll(self, timeout: float) -> list[Held]:
+        """Deliveries since the last call (and those put back); waits up to ``timeout`` s."""
+        self._live()
+        out, self._returned = self._returned, []
+        frames: list[Frame | None] = []
+        with contextlib.suppress(queues.Empty):
+            frames.append(self._polled.get(timeout=timeout) if not out and timeout > 0
+                          else self._polled.get_nowait())
+            while True:
+                frames.append(self._polled.get_nowait())
+        self._live()
+        for frame in frames:
+            if frame is not None:
+                queue = self._polled_queue.get(frame.headers.get("subscription", ""))
+                if queue is not None:
+                    out.append(self._held(queue, frame, peeked=False))
+        return out
+
+    # -- putting -------------------------------------------------------------------------------
+
+    def settle(self, moves: Sequence[Move]) -> None:
+        """One STOMP transaction: BEGIN, each SEND, each ACK (all with receipts), COMMIT. Any
+        failure closes the connection, so the broker rolls back and returns what was held."""
+        conn = self._live()
+        for move in moves:
+            token = self._token(move.held)
+            if token.generation != self._generation:
+                raise BrokerUnavailable(
+                    f"{self._where()}: a held message of {move.held.queue} belongs to a lost "
+                    "connection and is back on its queue"
+                )
+            if token.peeked and self._heads.get(move.held.queue) is not move.held:
+                raise ValueError(f"a head of {move.held.queue} that was put back is not held")
+            if move.destination is not None and move.message is None:
+                raise ValueError("a move with a destination needs a message")
+        for i, move in enumerate(moves):
+            if move.destination is not None and not _valid_destination(move.destination):
+                if i:
+                    self.settle(moves[:i])
+                raise PutRefused(i, MQRC_UNKNOWN_OBJECT_NAME,
+                                 "not a destination ActiveMQ's STOMP can send to",
+                                 move.destination)
+        tx = f"jb-tx-{uuid.uuid4().hex}"
+        receipts: list[str] = []
+        sends: dict[str, int] = {}  # a SEND's receipt -> its move
+        errors = len(self._listener.errors)
+        refused: PutRefused | None = None
+        try:
+            with self._translate():
+                conn.begin(tx)
+                for i, move in enumerate(moves):
+                    if move.destination is not None and move.message is not None:
+                        receipts.append(self._receipt())
+                        sends[receipts[-1]] = i
+                        self._send(
+                            conn, move.destination, move.message,
+                            text=self._token(move.held).text,
+                            transaction=tx, receipt=receipts[-1],
+                        )
+                for move in moves:
+                    receipts.append(self._receipt())
+                    conn.ack(self._token(move.held).ack_id, transaction=tx, receipt=receipts[-1])
+            failures = self._await_all(receipts, "settle")
+            if len(self._listener.errors) > errors:
+                raise BrokerUnavailable(f"{self._where()}: settle: {self._listener.errors[-1]}")
+            if failures and all(r in sends for r in failures):
+                index = min(sends[r] for r in failures)
+                text = next(failures[r] for r in failures if sends[r] == index)
+                refused = PutRefused(index, activemq_reason(text), text,
+                                     moves[index].destination or "")
+                abort = self._receipt()
+                with self._translate():
+                    conn.abort(tx, headers={"receipt": abort})
+                self._await([abort], "ABORT")
+            elif failures:
+                raise BrokerUnavailable(f"{self._where()}: settle: {next(iter(failures.values()))}")
+            else:
+                commit = self._receipt()
+                with self._translate():
+                    conn.commit(tx, headers={"receipt": commit})
+                self._await([commit], "COMMIT")
+        except BrokerUnavailable:
+            self.close()
+            raise
+        if refused is not None:
+            self._log.debug("put refused", destination=refused.destination, error=refused.text)
+            if refused.index:
+                self.settle(moves[:refused.index])
+            raise refused
+        next_head = time.monotonic() + self._peek_wait
+        for move in moves:
+            if self._heads.get(move.held.queue) is move.held:
+                del self._heads[move.held.queue]
+                self._expect[move.held.queue] = next_head
+
+    def publish(self, destination: str, message: Message) -> None:
+        """SEND (a BytesMessage) with a receipt and wait for it."""
+        conn = self._live()
+        rid = self._receipt()
+        with self._translate():
+            self._send(conn, destination, message, text=False, receipt=rid)
+        self._await([rid], f"SEND {destination}")
+
+    def _send(
+        self,
+        conn: Connection12,
+        destination: str,
+        message: Message,
+        *,
+        text: bool,
+        **frame_headers: str,
+    ) -> None:
+        _check_destination(destination)
+        headers = {n: v for n, v in message.headers.items() if n not in FRAME_HEADERS}
+        if not (text and _is_text(message.body)):
+            headers["content-length"] = str(len(message.body))
+        headers.update(frame_headers)
+        conn.send(destination, message.body, headers=headers)
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    def browse(self, queue: str) -> Generator[Message, None, None]:
+        """A ``browser:true`` subscription: every message, held ones included, none consumed."""
+        with contextlib.closing(self._browse(queue)) as frames:
+            for frame in frames:
+                yield _message(frame)
+
+    def _browse(self, queue: str) -> Generator[Frame, None, None]:
+        inbox: _Inbox = queues.Queue()
+        sid = self._subscribe(queue, inbox, ack="auto", browser="true")
+        try:
+            while True:
+                try:
+                    frame = inbox.get(timeout=self._receipt_timeout)
+                except queues.Empty:
+                    raise BrokerUnavailable(
+                        f"{self._where()}: browsing {queue}: no browser:end in time"
+                    ) from None
+                if frame is None:
+                    self._live()
+                    return
+                if frame.headers.get("browser") == "end":
+                    return
+                yield frame
+        finally:
+            self._listener.routes.pop(sid, None)
+            if self._conn is not None and self._listener.lost is None:
+                with contextlib.suppress(BrokerUnavailable):
+                    self._unsubscribe(sid)
+
+    def take(self, queue: str, header: str, value: str) -> Message | None:
+        """Remove the first message whose ``header`` is ``value``: a selector subscription on
+        that header (or, for a header a selector cannot name, on the JMSMessageID found by
+        browsing), ACK what it receives within ``take_wait`` s."""
+        self._live()
+        held = self.peek(queue) if queue in self._peeks else None  # a head pushed to us
+        if held is not None and held.message.headers.get(header) == value:
+            self.settle([Move(held)])
+            return held.message
+        selector = _selector(header, value)
+        if selector is None:
+            with contextlib.closing(self._browse(queue)) as frames:
+                found = next((f for f in frames if _message(f).headers.get(header) == value), None)
+            if found is None:
+                return None
+            selector = f"JMSMessageID = {_quoted(found.headers['message-id'])}"
+        inbox: _Inbox = queues.Queue()
+        sid = self._subscribe(
+            queue, inbox, ack="client-individual", selector=selector,
+            **{"activemq.prefetchSize": "1"},
+        )
+        try:
+            try:
+                frame = inbox.get(timeout=self._take_wait)
+            except queues.Empty:
+                return None
+            if frame is None:
+                self._live()
+                return None
+            rid = self._receipt()
+            with self._translate():
+                self._live().ack(frame.headers["ack"], receipt=rid)
+            self._await([rid], "ACK")
+            return _message(frame)
+        finally:
+            self._unsubscribe(sid)
+
+    @staticmethod
+    def _token(held: Held) -> _Ack:
+        if not isinstance(held.token, _Ack):
+            raise TypeError("not a message held by an ActiveMQ adapter")
+        return held.token
+
+
+def _message(frame: Frame) -> Message:
+    body = frame.body if isinstance(frame.body, bytes) else (frame.body or "").encode()
+    return Message({n: v for n, v in frame.headers.items() if n not in PER_DELIVERY}, body)
+
+
+def _valid_destination(destination: str) -> bool:
+    return destination.startswith(DESTINATION_PREFIXES) and destination not in DESTINATION_PREFIXES
+
+
+def _check_destination(destination: str) -> None:
+    if not _valid_destination(destination):
+        raise ValueError(f"unsupported destination {destination!r}")
+
+
+def activemq_reason(text: str) -> Reason:
+    """The MQRC reason of an ERROR that refused one SEND."""
+    for words, reason in REFUSALS:
+        if any(w in text for w in words):
+            return reason
+    return MQRC_UNEXPECTED_ERROR
+
+
+def map_message_json(body: bytes | str) -> dict[str, object]:
+    """A MapMessage as ActiveMQ's ``jms-map-json`` writes it (XStream through Jettison):
+    ``{"map": {"entry": [{"string": ["k", "v"]}, {"string": "size", "long": 3}, ...]}}`` --
+    an entry whose two values have the same type is a list, otherwise one key per type, the
+    name first; a single entry is not wrapped in a list. Empty map: ``{"map": ""}`` or ``{}``."""
+    text = body.decode("utf-8") if isinstance(body, bytes) else body
+    if not text.strip():
+        return {}
+    data = json.loads(text)
+    top = data.get("map") if isinstance(data, dict) else None
+    entries = top.get("entry", []) if isinstance(top, dict) else []
+    if isinstance(entries, dict):
+        entries = [entries]
+    out: dict[str, object] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        values = list(entry.values())
+        if len(values) == 1 and isinstance(values[0], list) and len(values[0]) == 2:
+            name, value = values[0]
+        elif len(values) == 2:
+            name, value = values
+        else:
+            continue
+        out[str(name)] = value
+    return out
+
+
+def _is_text(body: bytes) -> bool:
+    """Whether a body can travel as a TextMessage: UTF-8, no NUL (no content-length)."""
+    if b"\0" in body:
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _selector(header: str, value: str) -> str | None:
+    """A JMS selector for ``header = value``; None when a selector cannot name the header."""
+    name = SELECTOR_FIELDS.get(header)
+    if name is None:
+        plain = _IDENTIFIER.fullmatch(header) and header.upper() not in SELECTOR_WORDS
+        if not plain or header in MAPPED_HEADERS or header.startswith("JMS"):
+            return None
+        name = header
+    return f"{name} = {_quoted(value)}"
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _refusal(ep: Endpoint, exc: BaseException) -> str:
+    """Why a connection failed: stomp.py only says that it did, so ask the socket once more."""
+    try:
+        socket.create_connection((ep.host, ep.port), timeout=2.0).close()
+    except OSError as cause:
+        return f"{type(cause).__name__}: {cause}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _no_delays(conn: Connection12) -> None:
+    """Small frames both ways: no Nagle on our writes, and (Linux) ack every read at once.
+    ActiveMQ's STOMP connector writes a RECEIPT and the next MESSAGE as separate small segments
+    with Nagle on (``transport.tcpNoDelay`` is off by default), so the second waits for our
+    delayed ACK: 40 ms per COMMIT. TCP_QUICKACK does not stick, so it is set before each read."""
+    transport = conn.transport
+    sock = transport.socket
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    quickack = getattr(socket, "TCP_QUICKACK", None)
+    if quickack is None:
+        return
+    receive = transport.receive
+
+    def receive_acking_at_once() -> bytes:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+        data: bytes = receive()
+        return data
+
+    transport.receive = receive_acking_at_once
+
+
+def _stop(conn: Connection12, grace: float = 0.0) -> None:
+    """Stop stomp.py's socket and threads, after ``grace`` s for a DISCONNECT to be answered,
+    without waiting on a broker that may be gone (stomp.py's own stop waits forever)."""
+    deadline = time.monotonic() + grace
+    while conn.transport.is_connected() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with contextlib.suppress(Exception):
+        conn.transport.disconnect_socket()

@@ -1,0 +1,131 @@
+"""The one interface the staging engine and the tools use to talk to a broker.
+
+Implementations: ``adapters.rabbitmq`` (pika, AMQP 0-9-1) and ``adapters.activemq`` (stomp.py,
+STOMP). Both are blocking and single-threaded: one adapter object per thread. Every error of the
+underlying library is translated into ``bridge.errors.BrokerUnavailable`` inside the adapter.
+
+Messages cross this interface as STOMP-shaped values, ``headers`` named as a STOMP client would
+see them, so that a message put by the engine is the message a STOMP client sent: an adapter that
+speaks another protocol maps properties to and from STOMP headers the way the broker's own STOMP
+support does.
+
+Delivery contract (what makes staging crash-safe):
+- ``peek`` and ``poll`` hand out ``Held`` messages: delivered, not yet acknowledged. A held message
+  that the adapter's connection loses goes back to its queue (the broker redelivers it).
+- ``settle`` publishes each replacement and waits for the broker to confirm it BEFORE it
+  acknowledges the held original. A crash between the two duplicates a message; it never loses one.
+- A broker that refuses one message (no such queue or exchange, not authorized, queue full,
+  message too big) is not an outage: ``settle`` raises ``bridge.errors.PutRefused`` naming that
+  move and the MQRC reason, with the connection and everything still held intact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import tenacity
+
+from bridge.errors import BrokerUnavailable
+
+# Headers that belong to one delivery, not to the message: never part of ``Message.headers``.
+PER_DELIVERY = frozenset(
+    {"message-id", "subscription", "ack", "destination", "redelivered", "content-length"}
+)
+
+
+def connect_with_retries(connect_once: Callable[[], None], attempts: int, wait_s: float) -> None:
+    """Call ``connect_once`` up to ``attempts`` times while it raises BrokerUnavailable; the
+    last BrokerUnavailable (naming broker and address) is raised as it is."""
+    tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(attempts, 1)),
+        wait=tenacity.wait_fixed(wait_s),
+        retry=tenacity.retry_if_exception_type(BrokerUnavailable),
+        reraise=True,
+    )(connect_once)
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as a STOMP client sees it: header name -> value (first wins), and the body."""
+
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(slots=True)
+class Held:
+    """A message delivered to us and not yet acknowledged."""
+
+    queue: str
+    message: Message
+    token: object = field(repr=False)  # adapter-specific: delivery tag, ack id, ...
+
+
+@dataclass(slots=True)
+class Move:
+    """Settle one held message: put ``message`` to ``destination`` (if any), then ack ``held``."""
+
+    held: Held
+    destination: str | None = None  # a STOMP destination ("/queue/a", "/topic/b", ...)
+    message: Message | None = None
+
+
+class StagingBroker(Protocol):
+    name: str  # "rabbitmq" | "activemq"
+
+    def connect(self) -> None:
+        """Open the connection; raise BrokerUnavailable naming the broker and address."""
+
+    def close(self) -> None:
+        """Close; everything still held goes back to its queue."""
+
+    def ensure_queues(self, names: Sequence[str]) -> None:
+        """Create these durable queues if they do not exist."""
+
+    def client_destination(self, queue: str) -> str:
+        """The STOMP destination a client connection uses to send to staging ``queue``."""
+
+    def peek(self, queue: str) -> Held | None:
+        """The message at the head of ``queue``, held; None when the queue is empty.
+
+        Repeated peeks of a queue whose head is held and not yet put back return the same head
+        (ActiveMQ) or the next message (RabbitMQ); callers put back or settle before peeking again.
+        """
+
+    def put_back(self, held: Held) -> None:
+        """Give up a held message unchanged; it stays (or returns to) the head of its queue."""
+
+    def subscribe(self, queue: str, prefetch: int) -> None:
+        """Start receiving ``queue``'s messages into ``poll``, at most ``prefetch`` held at once."""
+
+    def poll(self, timeout: float) -> list[Held]:
+        """Messages delivered by subscriptions since the last call; waits up to ``timeout``
+        seconds for the first one. Also services the connection (heart-beats)."""
+
+    def settle(self, moves: Sequence[Move]) -> None:
+        """For each move: publish its message (confirmed), then acknowledge its held message.
+
+        On BrokerUnavailable some prefix of the moves may have been done; nothing was
+        acknowledged whose replacement was not confirmed.
+
+        On PutRefused(index, reason, text) the broker refused to put ``moves[index]``'s message:
+        ``moves[:index]`` are done (published and acknowledged), ``moves[index:]`` are not and
+        their messages are still held by this adapter (RabbitMQ: only the publishing channel was
+        closed, and is reopened; ActiveMQ: the STOMP transaction is aborted, which leaves the
+        acks undone and the messages held, and ``moves[:index]`` are redone in a new one)."""
+
+    def depth(self, queue: str) -> int:
+        """How many messages ``queue`` has, those held by consumers (this adapter included)
+        counted; cheap (no browsing). BrokerUnavailable when the broker cannot say."""
+
+    def publish(self, destination: str, message: Message) -> None:
+        """Put one message to a STOMP destination and wait for the broker to confirm it."""
+
+    def browse(self, queue: str) -> Iterator[Message]:
+        """Every message of ``queue`` now, head first, without consuming any (tools only)."""
+
+    def take(self, queue: str, header: str, value: str) -> Message | None:
+        """Remove and return the first message of ``queue`` whose ``header`` equals ``value``;
+        None if there is none (tools: cancel and release now)."""

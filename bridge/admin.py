@@ -1,0 +1,142 @@
+"""Admin HTTP: liveness, readiness, Prometheus metrics, staged messages.
+
+The staged-message endpoints run the same code as ``jms-bridge staged``, each call on a
+connection of its own in a worker thread (the adapters are blocking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+from aiohttp import web
+
+from adapters.base import StagingBroker
+from bridge.config import Endpoint
+from bridge.errors import BridgeError
+from bridge.metrics import Metrics
+from bridge.staging import tools
+from bridge.staging.levels import Layout
+from bridge.staging.stats import StagingStats
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
+    """None when a TCP connection to ``target`` opens, else why not."""
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(target.host, target.port), timeout
+        )
+    except (TimeoutError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+    writer.close()
+    return None
+
+
+class Admin:
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        broker: str,
+        upstream: Endpoint,
+        staging: Callable[[], StagingBroker] | None = None,
+        layout: Layout | None = None,
+        staging_stats: StagingStats | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.broker = broker
+        self.upstream = upstream
+        self.staging = staging
+        self.layout = layout or Layout()
+        self.staging_stats = staging_stats
+        self.started = time.time()
+        self.app = web.Application()
+        self.app.add_routes(
+            [
+                web.get("/healthz", self.healthz),
+                web.get("/readyz", self.readyz),
+                web.get("/metrics", self.prometheus),
+                web.get("/staged", self.staged_list),
+                web.post("/staged/{message_id}/cancel", self.staged_cancel),
+                web.post("/staged/{message_id}/release", self.staged_release),
+            ]
+        )
+        self._runner: web.AppRunner | None = None
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "uptime_s": round(time.time() - self.started, 1)})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        problem = await probe(self.upstream)
+        body = {"broker": self.broker, "upstream": str(self.upstream)}
+        if problem is None:
+            return web.json_response({"status": "ready", **body})
+        return web.json_response({"status": "not ready", "problem": problem, **body}, status=503)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.render(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
+        )
+
+    async def _with_broker(self, work: Callable[[StagingBroker], web.Response]) -> web.Response:
+        if self.staging is None:
+            return web.json_response({"error": "no staging broker configured"}, status=503)
+        open_broker = self.staging
+
+        def run() -> web.Response:
+            broker = open_broker()
+            broker.connect()
+            try:
+                return work(broker)
+            finally:
+                broker.close()
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, run)
+        except BridgeError as exc:
+            return web.json_response({"error": str(exc)}, status=503)
+
+    async def staged_list(self, request: web.Request) -> web.Response:
+        target = request.query.get("target")
+        message_id = request.query.get("message_id")
+
+        def work(broker: StagingBroker) -> web.Response:
+            found = tools.rows(broker, self.layout, target=target, message_id=message_id)
+            return web.json_response([{**asdict(r), "due": r.due} for r in found])
+
+        return await self._with_broker(work)
+
+    async def staged_cancel(self, request: web.Request) -> web.Response:
+        message_id = request.match_info["message_id"]
+
+        def work(broker: StagingBroker) -> web.Response:
+            if tools.take(broker, self.layout, message_id) is None:
+                return web.json_response({"error": f"no staged message {message_id}"}, status=404)
+            if self.staging_stats is not None:
+                self.staging_stats.cancelled += 1
+            return web.json_response({"cancelled": message_id})
+
+        return await self._with_broker(work)
+
+    async def staged_release(self, request: web.Request) -> web.Response:
+        message_id = request.match_info["message_id"]
+
+        def work(broker: StagingBroker) -> web.Response:
+            if not tools.release_now(broker, self.layout, message_id, name=self.broker):
+                return web.json_response({"error": f"no staged message {message_id}"}, status=404)
+            return web.json_response({"released": message_id})
+
+        return await self._with_broker(work)
+
+    async def start(self, where: Endpoint) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, where.host, where.port, reuse_address=True).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -1,0 +1,135 @@
+"""``jms-bridge run``: the STOMP front-end and the admin endpoints in one asyncio process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+
+from bridge import logs
+from bridge.admin import Admin, probe
+from bridge.brokers import staging_broker
+from bridge.config import Endpoint, Settings
+from bridge.errors import BrokerUnavailable, ConfigError
+from bridge.metrics import Metrics
+from bridge.staging.engine import Engine
+from bridge.staging.intercept import DelayInterceptor
+from bridge.staging.levels import Layout
+from bridge.staging.stats import StagingStats
+from bridge.stomp.server import StompServer
+from policies.delay import DelayConfig
+
+
+async def wait_for_broker(name: str, target: Endpoint, patience: float = 3.0) -> None:
+    """Give a broker that is just starting a moment; then say plainly that it is not there."""
+    retrying = AsyncRetrying(
+        stop=stop_after_delay(patience),
+        wait=wait_fixed(0.5),
+        retry=retry_if_result(lambda problem: problem is not None),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else "?",
+    )
+    problem: str | None = await retrying(probe, target)
+    if problem is not None:
+        raise BrokerUnavailable(f"{name} STOMP at {target} is not reachable: {problem}")
+
+
+async def _listen(what: str, where: Endpoint, start: object) -> None:
+    try:
+        await start  # type: ignore[misc]
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot listen on {where}: {exc.strerror or exc}") from None
+
+
+def _prepare_staging(settings: Settings, layout: Layout) -> None:
+    """Declare the staging queues (clients send to them by name) with the bridge's own
+    connection; BrokerUnavailable when the broker cannot be reached that way."""
+    broker = staging_broker(settings)
+    broker.connect()
+    try:
+        broker.ensure_queues(layout.queues)
+    finally:
+        broker.close()
+
+
+def delay_config(settings: Settings) -> DelayConfig:
+    return DelayConfig(
+        relative_headers=settings.delay_headers,
+        absolute_headers=settings.delivery_time_headers,
+        disabled_destinations=settings.delay_disabled,
+        staging_prefix=settings.staging_prefix,
+    )
+
+
+class EngineThread:
+    """The staging engine in a thread of its own: its adapter is blocking."""
+
+    def __init__(self, settings: Settings, layout: Layout, stats: StagingStats) -> None:
+        self.stop = threading.Event()
+        self.engine = Engine(staging_broker(settings), layout, stats=stats)
+        stats.pending = self.engine.pending
+        self.thread = threading.Thread(
+            target=self.engine.run, args=(self.stop,), name="staging-engine", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    async def close(self, grace: float = 10.0) -> None:
+        self.stop.set()
+        await asyncio.get_running_loop().run_in_executor(None, self.thread.join, grace)
+
+
+async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
+    log = logs.get("bridge")
+    loop = asyncio.get_running_loop()
+    await wait_for_broker(settings.broker, settings.upstream_stomp)
+    config = delay_config(settings)
+    layout = Layout(settings.staging_prefix)
+    await loop.run_in_executor(None, _prepare_staging, settings, layout)
+    metrics = Metrics()
+    staging = StagingStats()
+    staging.register(metrics.registry)
+    interceptor = DelayInterceptor(
+        broker=settings.broker, config=config, layout=layout, on_staged=staging.on_staged
+    )
+    stomp = StompServer(
+        broker=settings.broker,
+        upstream=settings.upstream_stomp,
+        interceptor=interceptor,
+        stats=metrics.relay,
+    )
+    admin = Admin(
+        metrics=metrics,
+        broker=settings.broker,
+        upstream=settings.upstream_stomp,
+        staging=lambda: staging_broker(settings),
+        layout=layout,
+        staging_stats=staging,
+    )
+    await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
+    await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
+
+    engine = EngineThread(settings, layout, staging) if settings.staging_engine else None
+    if engine is not None:
+        engine.start()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "listening",
+        broker=settings.broker,
+        stomp=str(settings.stomp_listen),
+        admin=str(settings.admin_listen),
+        upstream=str(settings.upstream_stomp),
+    )
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    log.info("shutting down", open=len(stomp.links))
+    await stomp.shutdown()
+    if engine is not None:
+        await engine.close()
+    await admin.stop()
+    log.info("stopped")

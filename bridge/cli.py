@@ -1,0 +1,125 @@
+"""The ``jms-bridge`` command.
+
+Every failure a person can cause (a bad flag, a broken config file, a broker that is not
+there) ends with one line on stderr naming the problem and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from bridge import __version__, logs
+from bridge.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
+from bridge.errors import BridgeError
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _connection_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML file of settings (flag names as keys)")
+    p.add_argument("--broker", choices=BROKERS, default=None)
+    p.add_argument("--upstream-stomp", metavar="stomp://[USER:PASS@]HOST:PORT")
+    p.add_argument("--upstream-amqp", metavar="amqp://USER:PASS@HOST:PORT/VHOST")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=None)
+    p.add_argument("--log-level", choices=LOG_LEVELS, default=None, type=str.lower)
+    p.add_argument("--staging-prefix", metavar="NAME", help="name prefix of the staging queues")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="jms-bridge", description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"jms-bridge {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = commands.add_parser("run", help="run the bridge in front of a broker")
+    _connection_flags(run)
+    run.add_argument("--stomp-listen", metavar="HOST:PORT")
+    run.add_argument("--admin-listen", metavar="HOST:PORT")
+    run.add_argument("--staging-engine", metavar="on|off",
+                     help="release staged messages in this process (off: only stage them)")
+    run.add_argument("--delay-headers", metavar="NAMES",
+                     help="comma-separated headers holding a relative delay in ms")
+    run.add_argument("--delivery-time-headers", metavar="NAMES",
+                     help="comma-separated headers holding an absolute delivery time (epoch ms)")
+    run.add_argument("--delay-disabled", metavar="PATTERNS",
+                     help="comma-separated destination patterns that may not be delayed")
+    staged = commands.add_parser("staged", help="list, count, cancel or release staged messages")
+    actions = staged.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    listing = actions.add_parser("list", help="staged messages, soonest first")
+    counting = actions.add_parser("count", help="how many messages are staged")
+    for p in (listing, counting):
+        _connection_flags(p)
+        p.add_argument("--target", metavar="DEST", help="only those sent to DEST")
+    listing.add_argument("--message-id", metavar="ID", help="only the one with this id")
+    listing.add_argument("--json", action="store_true", help="JSON instead of a table")
+    for name, what in (("cancel", "never deliver it"), ("release", "deliver it now")):
+        p = actions.add_parser(name, help=f"find a staged message by its original id and {what}")
+        _connection_flags(p)
+        p.add_argument("message_id", metavar="ID")
+    return parser
+
+
+EXIT_NOT_FOUND = 3
+
+
+def _staged(ns: argparse.Namespace, settings: Settings) -> int:
+    from bridge.brokers import staging_broker
+    from bridge.staging import tools
+    from bridge.staging.levels import Layout
+
+    layout = Layout(settings.staging_prefix)
+    broker = staging_broker(settings)
+    broker.connect()
+    try:
+        if ns.action in ("list", "count"):
+            found = list(tools.rows(broker, layout, target=ns.target,
+                                    message_id=getattr(ns, "message_id", None)))
+            if ns.action == "count":
+                print(len(found))
+            else:
+                print(tools.render(found, as_json=ns.json))
+            return 0
+        if ns.action == "cancel":
+            gone = tools.take(broker, layout, ns.message_id)
+            print(f"cancelled {ns.message_id}" if gone else f"no staged message {ns.message_id}")
+            return 0 if gone else EXIT_NOT_FOUND
+        done = tools.release_now(broker, layout, ns.message_id, name=settings.broker)
+        print(f"released {ns.message_id}" if done else f"no staged message {ns.message_id}")
+        return 0 if done else EXIT_NOT_FOUND
+    finally:
+        broker.close()
+
+
+def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
+    skip = {"command", "config", "action", "target", "message_id", "json"}
+    return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        settings = resolve(_settings_flags(ns), config_file=ns.config)
+        logs.configure(settings.log_format, settings.log_level)
+        if ns.command == "run":
+            from bridge.app import serve
+
+            asyncio.run(serve(settings))
+            return 0
+        return _staged(ns, settings)
+    except BridgeError as exc:
+        print(f"jms-bridge: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Settings of ``jms-bridge``: flags beat environment beats config file beats defaults.
+
+Every setting has one name, the flag's (``upstream-stomp``). The environment spells it
+``JMS_BRIDGE_UPSTREAM_STOMP``; a YAML config file spells it ``upstream-stomp`` or
+``upstream_stomp``. Values are validated here, once, into plain typed values, so the rest of
+the bridge never sees a string it has to parse.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+from bridge.errors import ConfigError
+
+ENV_PREFIX = "JMS_BRIDGE_"
+BROKERS = ("rabbitmq", "activemq")
+LOG_FORMATS = ("json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+    user: str | None = None
+    password: str | None = None
+    vhost: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    broker: str = "rabbitmq"
+    upstream_stomp: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61613))
+    upstream_amqp: Endpoint | None = None
+    stomp_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61633))
+    admin_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 9613))
+    log_format: str = "console"
+    log_level: str = "info"
+    staging_engine: bool = True
+    delay_headers: tuple[str, ...] = ("x-delay", "AMQ_SCHEDULED_DELAY")
+    delivery_time_headers: tuple[str, ...] = ("JMSDeliveryTime",)
+    delay_disabled: tuple[str, ...] = ()
+    staging_prefix: str = "jms-bridge.staging"
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+SETTING_NAMES: tuple[str, ...] = tuple(_flag(f.name) for f in fields(Settings))
+
+
+def parse_hostport(value: str, what: str) -> Endpoint:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
+    return Endpoint(host.strip("[]"), int(port))
+
+
+def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False) -> Endpoint:
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{what}: {exc} in {value!r}") from None
+    if parts.scheme != scheme or not parts.hostname or port is None:
+        raise ConfigError(f"{what}: expected {scheme}://[USER:PASS@]HOST:PORT, got {value!r}")
+    path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+    return Endpoint(
+        parts.hostname,
+        port,
+        unquote(parts.username) if parts.username else None,
+        unquote(parts.password) if parts.password else None,
+        (path or "/") if vhost else None,
+    )
+
+
+def _choice(value: str, what: str, choices: tuple[str, ...]) -> str:
+    v = value.strip().lower()
+    if v not in choices:
+        raise ConfigError(f"{what}: expected one of {', '.join(choices)}, got {value!r}")
+    return v
+
+
+def _bool(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{what}: expected true or false, got {value!r}")
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, list | tuple):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ConfigError(f"{what}: expected a list or a comma-separated string, got {value!r}")
+    return tuple(v for v in items if v)
+
+
+def _convert(name: str, value: Any, source: str) -> Any:
+    what = f"{name} (from {source})"
+    if name == "broker":
+        return _choice(str(value), what, BROKERS)
+    if name == "upstream-stomp":
+        return parse_url(str(value), what, "stomp")
+    if name == "upstream-amqp":
+        return parse_url(str(value), what, "amqp", vhost=True)
+    if name in ("stomp-listen", "admin-listen"):
+        return parse_hostport(str(value), what)
+    if name == "log-format":
+        return _choice(str(value), what, LOG_FORMATS)
+    if name == "log-level":
+        return _choice(str(value), what, LOG_LEVELS)
+    if name == "staging-engine":
+        return _bool(value, what)
+    if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
+        return _names(value, what)
+    if name == "staging-prefix":
+        v = str(value).strip()
+        if not v or "/" in v:
+            raise ConfigError(f"{what}: expected a queue name prefix without '/', got {value!r}")
+        return v
+    raise ConfigError(f"unknown setting {name!r} (from {source})")
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path}: not UTF-8 text") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path}: {problem}{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of setting: value at the top")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _flag(str(key))
+        if name not in SETTING_NAMES:
+            raise ConfigError(
+                f"config file {path}: unknown setting {key!r} (known: {', '.join(SETTING_NAMES)})"
+            )
+        out[name] = value
+    return out
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in SETTING_NAMES:
+        key = ENV_PREFIX + name.upper().replace("-", "_")
+        if key in environ:
+            out[name] = environ[key]
+    return out
+
+
+def resolve(
+    flags: Mapping[str, Any],
+    *,
+    config_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge the three sources, flag beating environment beating file, and validate."""
+    environ = os.environ if environ is None else environ
+    if config_file is None:
+        config_file = environ.get(ENV_PREFIX + "CONFIG") or None
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if config_file:
+        layers.append((f"config file {config_file}", read_config_file(config_file)))
+    layers.append(("environment", from_environment(environ)))
+    layers.append(("flag", {k: v for k, v in flags.items() if v is not None}))
+    values: dict[str, Any] = {}
+    for source, layer in layers:
+        for name, raw in layer.items():
+            values[name] = _convert(name, raw, f"--{name}" if source == "flag" else source)
+    settings = Settings(**{n.replace("-", "_"): v for n, v in values.items()})
+    if settings.upstream_amqp is not None and settings.broker != "rabbitmq":
+        raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
+    return settings
+
+
+def bridge_amqp(settings: Settings) -> Endpoint:
+    """The AMQP endpoint of the bridge's own RabbitMQ connections: --upstream-amqp, else the
+    STOMP host on 5672 with the STOMP credentials (guest/guest when none) and vhost /."""
+    if settings.upstream_amqp is not None:
+        return settings.upstream_amqp
+    s = settings.upstream_stomp
+    return Endpoint(s.host, 5672, s.user or "guest", s.password or "guest", "/")
+
+
+def bridge_stomp(settings: Settings) -> Endpoint:
+    """The STOMP endpoint of the bridge's own ActiveMQ connections (admin/admin when none)."""
+    s = settings.upstream_stomp
+    return Endpoint(s.host, s.port, s.user or "admin", s.password or "admin")

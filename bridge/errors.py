@@ -1,0 +1,65 @@
+"""The one error tree of jms-bridge.
+
+    BridgeError                    base of everything the product raises on purpose
+    +-- ConfigError                a bad flag, environment value or config file
+    +-- BrokerUnavailable          the broker cannot be reached or went away
+    +-- ProtocolError              a peer sent bytes the protocol does not allow
+    |   +-- StompProtocolError     carries the STOMP ERROR frame to send back
+    +-- Refused                    a request refused for an MQRC reason (see policies.reasons)
+    +-- PutRefused                 the broker refused one message of a settle (not an outage)
+
+Third-party errors (socket, pika, stomp.py, yaml) are translated into these at the edge that
+calls the library and never escape it. ``str(error)`` is the one line a person reads.
+"""
+
+from __future__ import annotations
+
+from policies.reasons import Reason
+
+
+class BridgeError(Exception):
+    """Base class of every error jms-bridge raises on purpose."""
+
+
+class ConfigError(BridgeError):
+    """A flag, environment variable or configuration file is invalid."""
+
+
+class BrokerUnavailable(BridgeError):
+    """The broker cannot be reached, refused us, or went away."""
+
+
+class ProtocolError(BridgeError):
+    """A peer violated the wire protocol. ``kind`` is a short metric label."""
+
+    def __init__(self, message: str, *, kind: str = "malformed") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Refused(BridgeError):
+    """A request refused for an IBM MQ reason code; ``str()`` starts with the reason name."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason.name} ({reason.code}): {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class PutRefused(BridgeError):
+    """The broker refused to put one message of a ``settle``: ``index`` says which move.
+
+    The connection is fine: moves before ``index`` are done, the refused one and those after it
+    are not (their held messages are still held). Raised instead of BrokerUnavailable so that
+    one bad target cannot stall everything else."""
+
+    def __init__(self, index: int, reason: Reason, text: str, destination: str = "") -> None:
+        super().__init__(f"{reason.name} ({reason.code}): {destination}: {text}")
+        self.index = index
+        self.reason = reason
+        self.text = text
+        self.destination = destination
+
+    def at(self, index: int) -> PutRefused:
+        """The same refusal for move ``index`` of a larger settle."""
+        return PutRefused(index, self.reason, self.text, self.destination)

@@ -1,0 +1,1 @@
+"""Delivery delay: staged messages wait on broker queues and are released when due."""

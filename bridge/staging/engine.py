@@ -1,0 +1,534 @@
+"""The staging engine: walks staged messages down the level queues and releases them when due.
+
+Each level queue holds messages that all wait the same time, so only its head matters: the engine
+peeks the head, and either puts it back and remembers when it exits (no look at that level again
+until then) or moves it on. A head that exits goes to the queue for the time it still has to
+wait (a lower level, or the ready queue); one that is due goes to its target. The ready queue
+(less than ``2**MIN_LEVEL`` ms to go) is consumed with a prefetch into an in-memory heap, and each
+message is released when ``now >= due``, never before. So the engine holds in memory at most the
+ready prefetch plus one batch of level heads, however many messages are pending.
+
+Crash safety is the adapter's ``settle``: every replacement is confirmed before its original is
+acknowledged, and the engine never acknowledges a message without its replacement in the same
+``settle`` call (or, for an expired one, on purpose). Anything held when the connection is lost
+goes back to its queue and is met again after the reconnect: a crash may duplicate a hop or a
+release, never lose a message.
+
+A message whose target the broker refuses (no such queue, not authorized, full, too big: the
+adapter's PutRefused) is moved to ``<prefix>.undeliverable`` with the reason, and the rest of its
+batch goes on: one bad target never stalls the engine, and is not taken for a broker outage.
+
+``step(now_ms)`` is one iteration without blocking, so tests drive the engine with their own
+clock; ``run(stop)`` is the thread's loop around it, waiting in ``poll`` (which also services the
+connection) until the next thing is due.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from structlog.typing import FilteringBoundLogger
+
+from adapters.base import Held, Message, Move, StagingBroker
+from bridge import logs
+from bridge.errors import BrokerUnavailable, PutRefused
+from bridge.staging.envelope import (
+    FRAME_ONLY,
+    PREFIX,
+    Staged,
+    hop_headers,
+    released_headers,
+)
+from bridge.staging.levels import MIN_LEVEL, Layout
+from bridge.staging.stats import StagingStats
+from policies.reasons import MQFB_EXPIRATION
+
+HORIZON_MS = 1 << MIN_LEVEL
+# Levels whose dwell is at most this are consumed with a prefetch, their heads held in memory
+# (no round trip per head, held far less than RabbitMQ's 30 min consumer timeout); longer
+# levels are peeked and their heads put back.
+STREAM_MAX_MS = 1 << 16
+INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the invalid queue
+INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
+# Why a message could not be put to its target when due (on the undeliverable queue).
+REASON = PREFIX + "reason"  # the MQRC name
+REASON_CODE = PREFIX + "reason-code"
+REASON_TEXT = PREFIX + "reason-text"  # the broker's own words
+FAILED_AT = PREFIX + "failed-at"  # epoch ms
+PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
+PENDING_RETRY_MS = 60_000  # after the broker could not say, doubling each time
+PENDING_RETRY_MAX_MS = 3_600_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Kind(Enum):
+    HOLD = "hold"  # a level head due within the horizon, kept for release
+    HOP = "hop"
+    RELEASE = "release"
+    EXPIRE = "expire"
+    INVALID = "invalid"
+    UNDELIVERABLE = "undeliverable"
+
+
+@dataclass(slots=True)
+class _Work:
+    """One move and what to count and log once the broker has done it."""
+
+    kind: _Kind
+    move: Move
+    staged: Staged | None = None
+    queue: str | None = None  # HOP: the queue entered; INVALID: the queue it was found on
+    error: str | None = None
+    refused: PutRefused | None = None  # UNDELIVERABLE: why
+
+
+class Engine:
+    """Moves and releases staged messages; one per thread, owning its adapter."""
+
+    def __init__(
+        self,
+        broker: StagingBroker,
+        layout: Layout,
+        *,
+        clock: Callable[[], int] = _wall_ms,
+        stats: StagingStats,
+        log: FilteringBoundLogger | None = None,
+        ready_prefetch: int = 5000,
+        idle_poll_s: float = 0.2,
+        batch: int = 500,
+        recheck_s: float = 5.0,
+        backoff_s: tuple[float, float] = (0.5, 10.0),
+        level_prefetch: int = 1000,
+    ) -> None:
+        if batch < 1 or ready_prefetch < 1:
+            raise ValueError("batch and ready_prefetch must be at least 1")
+        self.broker = broker
+        self.layout = layout
+        self.clock = clock
+        self.stats = stats
+        self.log = (log or logs.get("staging")).bind(broker=broker.name, prefix=layout.prefix)
+        self.ready_prefetch = ready_prefetch
+        self.batch = batch
+        self.invalid_queue = f"{layout.prefix}.invalid"
+        # Not released by the engine: an operator looks at it (IBM MQ: the dead-letter queue).
+        self.undeliverable_queue = f"{layout.prefix}.undeliverable"
+        self._idle_ms = max(1, round(idle_poll_s * 1000))
+        # A put-back head is looked at again at its exit time, and at least this often in case
+        # an operator took it away and the level is now empty or headed by another.
+        self._recheck_ms = max(self._idle_ms, round(recheck_s * 1000))
+        self._backoff_first_ms, self._backoff_max_ms = (round(s * 1000) for s in backoff_s)
+        # ActiveMQ gives the same head to repeated peeks until it is settled, so a level yields
+        # one head per settle there; RabbitMQ (basic.get) gives the next one.
+        self._peek_advances = broker.name != "activemq"
+        self._dwell = {queue: 1 << k for k, queue in layout.levels}
+        self.level_prefetch = level_prefetch
+        self._streamed = [q for q, dwell in self._dwell.items() if dwell <= STREAM_MAX_MS]
+        self._peeked = [q for q in self._dwell if q not in self._streamed]
+        # Streamed level -> its delivered messages in queue order, with their exit times.
+        self._buffers: dict[str, collections.deque[tuple[int, Held]]] = {
+            q: collections.deque() for q in self._streamed
+        }
+        # An empty level is looked at again after an eighth of its dwell (within the idle poll
+        # and the recheck): a message entering it is then seen long before it can exit, and an
+        # idle engine peeks the slow levels rarely (an empty peek costs a wait on ActiveMQ).
+        self._empty_ms = {
+            queue: min(max(dwell // 8, self._idle_ms), self._recheck_ms)
+            for queue, dwell in self._dwell.items()
+        }
+        self._ready_dest = ""
+        self._invalid_dest = ""
+        self._undeliverable_dest = ""
+        self._pending_count: int | None = None  # read by the metrics collector's thread
+        self._pending_at = 0  # when to count again
+        self._pending_failed = 0
+        self._heap: list[tuple[int, int, Held, Staged]] = []  # (due, seq, held, staged)
+        self._seq = itertools.count()
+        self._pending: list[_Work] = []  # found by poll, settled with the next releases
+        self._next_look: dict[str, int] = {}  # level queue -> epoch ms; absent = look now
+        self._connected = False
+        self._connected_at = 0
+        self._reconnect_at = 0
+        self._failures = 0
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Move and release until ``stop`` is set; survives the broker going away."""
+        self.log.info("staging engine started", ready_prefetch=self.ready_prefetch,
+                      batch=self.batch)
+        try:
+            while not stop.is_set():
+                try:
+                    wait = self.step(self.clock())
+                    if wait > 0:
+                        self._wait(wait, stop)
+                except BrokerUnavailable as error:  # from _wait's poll
+                    self._lost(error, self.clock())
+                except Exception as error:  # a bug: give everything back and start over
+                    self.log.exception("staging engine step failed")
+                    self._lost(error, self.clock())
+        finally:
+            self.close()
+            self.log.info("staging engine stopped")
+
+    def step(self, now_ms: int) -> float:
+        """One iteration at ``now_ms``, without blocking: take what the ready subscription
+        delivered, release what is due, move the level heads that exit, release again. Returns
+        the seconds until there is more to do (0 when a batch limit left work behind)."""
+        if not self._connected:
+            if now_ms < self._reconnect_at:
+                return (self._reconnect_at - now_ms) / 1000
+            try:
+                self._connect(now_ms)
+            except BrokerUnavailable as error:
+                return self._lost(error, now_ms)
+        try:
+            # Release first and again after the level peeks, which take time: a held message
+            # coming due meanwhile cuts them short. The second poll takes what the hops just
+            # put on the ready queue.
+            self._absorb(self.broker.poll(0), now_ms)
+            self._release(now_ms)
+            more = self._move_levels(now_ms)
+            now_ms = max(now_ms, self.clock())
+            self._absorb(self.broker.poll(0), now_ms)
+            self._release(now_ms)
+            if not more and now_ms >= self._pending_at and not self._ready_due():
+                self._count_pending(now_ms)
+        except BrokerUnavailable as error:
+            return self._lost(error, now_ms)
+        if now_ms - self._connected_at >= self._backoff_max_ms:
+            self._failures = 0
+        return 0.0 if more else self._until_next_ms(now_ms) / 1000
+
+    def pending(self) -> int | None:
+        """Messages on the staging queues (levels and ready) as last counted; None until
+        counted or when the broker could not say. Safe from any thread."""
+        return self._pending_count
+
+    def _count_pending(self, now_ms: int) -> None:
+        """Ask the broker for the staging queues' depths, at most every PENDING_EVERY_MS."""
+        try:
+            self._pending_count = sum(self.broker.depth(q) for q in self.layout.queues)
+        except BrokerUnavailable as error:
+            # A broker that cannot say costs the release loop a wait each time: ask ever less
+            # often, from a minute up to an hour.
+            self._pending_count = None
+            retry_ms = min(PENDING_RETRY_MAX_MS, PENDING_RETRY_MS << self._pending_failed)
+            self._pending_at = now_ms + retry_ms
+            if not self._pending_failed:
+                self.log.warning("cannot count pending messages", error=str(error),
+                                 retry_in_s=retry_ms / 1000)
+            self._pending_failed = min(self._pending_failed + 1, 6)
+            return
+        self._pending_failed = 0
+        self._pending_at = now_ms + PENDING_EVERY_MS
+
+    def close(self) -> None:
+        """Close the adapter; whatever the engine held goes back to its queue."""
+        self._forget()
+        try:
+            self.broker.close()
+        except BrokerUnavailable:
+            pass
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _connect(self, now_ms: int) -> None:
+        self.broker.connect()
+        self.broker.ensure_queues(
+            [*self.layout.queues, self.invalid_queue, self.undeliverable_queue]
+        )
+        self._ready_dest = self.broker.client_destination(self.layout.ready)
+        self._invalid_dest = self.broker.client_destination(self.invalid_queue)
+        self._undeliverable_dest = self.broker.client_destination(self.undeliverable_queue)
+        self.broker.subscribe(self.layout.ready, self.ready_prefetch)
+        for queue in self._streamed:
+            self.broker.subscribe(queue, self.level_prefetch)
+        self._connected = True
+        self._connected_at = now_ms
+        self.log.info("staging engine connected")
+
+    def _lost(self, error: Exception, now_ms: int) -> float:
+        """Close, forget what was held (the broker redelivers it), and schedule a reconnect
+        with a capped exponential backoff. Returns the wait in seconds."""
+        self._failures += 1
+        self.stats.reconnects += 1
+        wait_ms = min(self._backoff_max_ms, self._backoff_first_ms << (self._failures - 1))
+        self.log.warning("broker unavailable, reconnecting", error=str(error),
+                         retry_in_s=wait_ms / 1000, failures=self._failures)
+        self.close()
+        self._reconnect_at = now_ms + wait_ms
+        return wait_ms / 1000
+
+    def _forget(self) -> None:
+        self._connected = False
+        self._heap.clear()
+        self._pending.clear()
+        self._next_look.clear()
+        for buffer in self._buffers.values():
+            buffer.clear()
+
+    def _wait(self, seconds: float, stop: threading.Event) -> None:
+        """Wait in ``poll`` while connected: it returns early when a ready message arrives and
+        keeps the connection serviced."""
+        if self._connected:
+            self._absorb(self.broker.poll(seconds), self.clock())
+        else:
+            stop.wait(seconds)
+
+    def _until_next_ms(self, now_ms: int) -> int:
+        soonest = now_ms + self._idle_ms
+        if self._pending:
+            return 0
+        if self._heap:
+            soonest = min(soonest, self._heap[0][0])
+        for buffer in self._buffers.values():
+            if buffer:
+                soonest = min(soonest, buffer[0][0])
+        if len(self._next_look) < len(self._peeked):
+            return 0
+        if self._next_look:
+            soonest = min(soonest, min(self._next_look.values()))
+        return max(0, soonest - now_ms)
+
+    # -- level queues -----------------------------------------------------------------------
+
+    def _move_levels(self, now_ms: int) -> bool:
+        """Peek every level whose head may exit by now; settle the moves in one call. Returns
+        whether the batch limit left exits behind."""
+        looks = self._next_look
+        due_levels = sorted(
+            (looks.get(queue, -1), queue) for queue in self._peeked
+            if looks.get(queue, -1) <= now_ms
+        )
+        work: list[_Work] = []
+        taken = 0  # level messages held by this call: moves and holds
+        more = False
+        for queue, buffer in self._buffers.items():  # heads in memory: no round trip
+            dwell = self._dwell[queue]
+            while buffer and buffer[0][0] <= now_ms:
+                if taken >= self.batch:
+                    more = True
+                    break
+                _, head = buffer.popleft()
+                item = self._exit(head, dwell, now_ms, can_hold=True)
+                assert not isinstance(item, int)
+                taken += 1
+                if item.kind is _Kind.HOLD:
+                    assert item.staged is not None
+                    heapq.heappush(self._heap, (item.staged.due_ms, next(self._seq), head,
+                                                item.staged))
+                else:
+                    work.append(item)
+        for i, (_, queue) in enumerate(due_levels):
+            # Peeks take time (a wait, on ActiveMQ, when a level is empty): once one level is
+            # done, a ready message come due meanwhile goes first and the rest wait a step.
+            if taken >= self.batch or (i and self._ready_due()):
+                more = True
+                break
+            dwell = self._dwell[queue]
+            while taken < self.batch:  # at most ``batch`` level messages taken at once
+                held = self.broker.peek(queue)
+                if held is None:
+                    looks[queue] = now_ms + self._empty_ms[queue]
+                    break
+                item = self._exit(held, dwell, now_ms)
+                if isinstance(item, int):
+                    self.broker.put_back(held)
+                    looks[queue] = min(item, now_ms + self._recheck_ms)
+                    break
+                taken += 1
+                if item.kind is _Kind.HOLD:
+                    assert item.staged is not None
+                    heapq.heappush(self._heap, (item.staged.due_ms, next(self._seq), held,
+                                                item.staged))
+                    continue
+                work.append(item)
+                if not self._peek_advances:
+                    looks[queue] = now_ms
+                    more = True
+                    break
+            else:
+                looks[queue] = now_ms
+                more = True
+        self._settle(work, now_ms)
+        return more
+
+    def _ready_due(self) -> bool:
+        """Whether a held ready message has come due while the levels were being looked at."""
+        return bool(self._heap) and self._heap[0][0] <= self.clock()
+
+    def _exit(self, held: Held, dwell: int, now_ms: int, *, can_hold: bool = False) -> _Work | int:
+        """What to do with a level head: a move, or (when it is still waiting) its exit time."""
+        try:
+            staged = Staged.of(held.message.headers)
+        except (KeyError, ValueError) as error:
+            return self._invalid(held, error)
+        if staged.expires_ms is not None and staged.expires_ms <= now_ms:
+            return _Work(_Kind.EXPIRE, Move(held), staged)
+        if staged.due_ms <= now_ms:  # late (the engine was away): straight to the target
+            return self._released(held, staged, now_ms)
+        exit_ms = staged.entered_ms + dwell
+        if exit_ms > now_ms:
+            return exit_ms
+        if (can_hold or self._peek_advances) and staged.due_ms - now_ms < HORIZON_MS:
+            # Due within the horizon: hold it for release as a ready message would be held,
+            # instead of putting it to the ready queue first. One put instead of two; held
+            # for under a second, and given back if the connection goes.
+            return _Work(_Kind.HOLD, Move(held), staged)
+        return self._hop(held, staged, now_ms)
+
+    def _hop(self, held: Held, staged: Staged, now_ms: int) -> _Work:
+        queue = self.layout.queue_for(staged.due_ms - now_ms)
+        destination = (
+            self._ready_dest if queue == self.layout.ready
+            else self.broker.client_destination(queue)
+        )
+        message = Message(hop_headers(held.message.headers, now_ms=now_ms), held.message.body)
+        return _Work(_Kind.HOP, Move(held, destination, message), staged, queue=queue)
+
+    # -- the ready queue --------------------------------------------------------------------
+
+    def _absorb(self, delivered: Sequence[Held], now_ms: int) -> None:
+        """Take the ready subscription's deliveries into the heap."""
+        for held in delivered:
+            buffer = self._buffers.get(held.queue)
+            try:
+                staged = Staged.of(held.message.headers)
+            except (KeyError, ValueError) as error:
+                self._pending.append(self._invalid(held, error))
+                continue
+            if buffer is not None:
+                buffer.append((staged.entered_ms + self._dwell[held.queue], held))
+                continue
+            if staged.due_ms - now_ms >= 2 * HORIZON_MS:
+                # Not ours to hold (a clock step, a tool): back to the level it belongs in,
+                # so the prefetch is kept for what is due soon.
+                self._pending.append(self._hop(held, staged, now_ms))
+                continue
+            heapq.heappush(self._heap, (staged.due_ms, next(self._seq), held, staged))
+
+    def _release(self, now_ms: int) -> None:
+        """Release every held message that is due, in one settle call."""
+        work, self._pending = self._pending, []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            _, _, held, staged = heapq.heappop(heap)
+            if staged.expires_ms is not None and staged.expires_ms <= now_ms:
+                work.append(_Work(_Kind.EXPIRE, Move(held), staged))
+            else:
+                work.append(self._released(held, staged, now_ms))
+        self._settle(work, now_ms)
+
+    def _released(self, held: Held, staged: Staged, now_ms: int) -> _Work:
+        headers = released_headers(held.message.headers, broker=self.broker.name, now_ms=now_ms)
+        move = Move(held, staged.target, Message(headers, held.message.body))
+        return _Work(_Kind.RELEASE, move, staged)
+
+    # -- settling ---------------------------------------------------------------------------
+
+    def _invalid(self, held: Held, error: Exception) -> _Work:
+        """An unreadable staged message is kept for a person to look at, not dropped."""
+        headers = {n: v for n, v in held.message.headers.items() if n not in FRAME_ONLY}
+        headers[INVALID_REASON] = f"{type(error).__name__}: {error}"
+        headers[INVALID_QUEUE] = held.queue
+        move = Move(held, self._invalid_dest, Message(headers, held.message.body))
+        return _Work(_Kind.INVALID, move, queue=held.queue, error=headers[INVALID_REASON])
+
+    def _undeliverable(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
+        """A release the broker refused, moved to the undeliverable queue with the reason.
+
+        IBM MQ, for a delayed message it cannot put when due, dead-letters or discards it as
+        its report options say and sends an exception report (MQRO_EXCEPTION*). Reports and
+        MQRO_DISCARD_MSG are not done here yet: every such message is kept, for an operator."""
+        headers = {n: v for n, v in w.move.held.message.headers.items() if n not in FRAME_ONLY}
+        headers[REASON] = refused.reason.name
+        headers[REASON_CODE] = str(refused.reason.code)
+        headers[REASON_TEXT] = refused.text
+        headers[FAILED_AT] = str(now_ms)
+        move = Move(w.move.held, self._undeliverable_dest,
+                    Message(headers, w.move.held.message.body))
+        return _Work(_Kind.UNDELIVERABLE, move, w.staged, refused=refused)
+
+    def _settle(self, work: list[_Work], now_ms: int) -> None:
+        """Settle ``work``; a release the broker refuses goes to the undeliverable queue and
+        the rest of the batch is settled after it, without a reconnect. A refused hop, invalid
+        or undeliverable move means a staging queue is missing: that is taken for an outage
+        (the reconnect declares the queues again)."""
+        while work:
+            try:
+                self.broker.settle([w.move for w in work])
+                break
+            except PutRefused as refused:
+                done, bad = work[:refused.index], work[refused.index]
+                self._record(done, max(now_ms, self.clock()))
+                if bad.kind is not _Kind.RELEASE:
+                    raise BrokerUnavailable(
+                        f"a staging queue refused a {bad.kind.value} move: {refused}"
+                    ) from refused
+                work = [self._undeliverable(bad, refused, now_ms), *work[refused.index + 1:]]
+        if not work:
+            return
+        self._failures = 0
+        # Lateness counts until the broker confirmed the release, not from when it began.
+        self._record(work, max(now_ms, self.clock()))
+
+    def _record(self, work: list[_Work], now_ms: int) -> None:
+        """Count and log what the broker has now done."""
+        stats, looks = self.stats, self._next_look
+        hops = 0
+        for w in work:
+            staged = w.staged
+            if w.kind is _Kind.HOP:
+                hops += 1
+                dwell = self._dwell.get(w.queue or "")
+                if dwell is not None and w.queue in looks:
+                    # Its head exits no later than the message just put behind it.
+                    looks[w.queue] = min(looks[w.queue], now_ms + dwell)
+            elif w.kind is _Kind.RELEASE:
+                assert staged is not None
+                late_ms = now_ms - staged.due_ms
+                stats.released += 1
+                stats.observe_lateness(late_ms)
+                self.log.debug("released", message_id=staged.message_id, target=staged.target,
+                               late_ms=late_ms)
+            elif w.kind is _Kind.EXPIRE:
+                assert staged is not None
+                stats.expired += 1
+                self.log.bind(message_id=staged.message_id, target=staged.target).info(
+                    "expired while staged, not delivered",
+                    reason=MQFB_EXPIRATION.name, feedback=MQFB_EXPIRATION.code,
+                    due_ms=staged.due_ms, expires_ms=staged.expires_ms,
+                    late_ms=now_ms - staged.due_ms,
+                )
+            elif w.kind is _Kind.UNDELIVERABLE:
+                assert staged is not None and w.refused is not None
+                stats.undeliverable += 1
+                self.log.bind(message_id=staged.message_id, target=staged.target).warning(
+                    "staged message could not be put to its target, moved to the "
+                    "undeliverable queue",
+                    reason=w.refused.reason.name, reason_code=w.refused.reason.code,
+                    reason_text=w.refused.text, queue=self.undeliverable_queue,
+                    late_ms=now_ms - staged.due_ms,
+                )
+            else:
+                stats.invalid += 1
+                headers = w.move.held.message.headers
+                self.log.bind(
+                    message_id=headers.get("message-id") or headers.get("amqp-message-id"),
+                    target=headers.get(PREFIX + "target"),
+                ).error("unreadable staged message moved", queue=w.queue,
+                        invalid_queue=self.invalid_queue, error=w.error)
+        if hops:
+            stats.hops += hops
+            self.log.debug("hopped", count=hops)

@@ -1,0 +1,138 @@
+"""The staged copy of a delayed message, and how the original is restored from it.
+
+As IBM MQ's SYSTEM.DDELAY.LOCAL.QUEUE does it: the staged copy has a new message id and its
+correlation id is the original message id; everything needed to release it travels in headers
+of its own, so nothing about a pending message lives only in the bridge's memory.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+PREFIX = "jms-bridge-"
+TARGET = PREFIX + "target"  # the destination the application sent to
+DUE = PREFIX + "due"  # epoch ms, the earliest delivery
+SENT = PREFIX + "sent"  # epoch ms, when the application sent it
+ENTERED = PREFIX + "entered"  # epoch ms, when it entered the queue it is on now
+EXPIRES = PREFIX + "expires"  # epoch ms, absent = never
+MESSAGE_ID = PREFIX + "message-id"  # the original message id
+CORRELATION_ID = PREFIX + "correlation-id"  # the application's own correlation id, if it set one
+TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"
+ORIGINAL_TTL = PREFIX + "ttl-value"  # its value as sent
+
+# Per broker: the STOMP header that carries a message id a producer may set.
+# RabbitMQ maps ``amqp-message-id`` to the AMQP message-id property and refuses ``message-id``;
+# ActiveMQ always assigns its own JMSMessageID, so the original id travels as MESSAGE_ID only.
+MESSAGE_ID_HEADER = {"rabbitmq": "amqp-message-id", "activemq": None}
+
+# Per broker: the STOMP destination a client connection uses to send to a staging queue. On
+# RabbitMQ ``/amq/queue/`` addresses the queue the engine declared without declaring it again.
+STAGING_DESTINATION = {"rabbitmq": "/amq/queue/{}", "activemq": "/queue/{}"}
+
+# Headers that belong to one frame, not to the message: the adapter sets its own.
+FRAME_ONLY = frozenset({"receipt", "transaction", "content-length", "destination"})
+
+
+def new_message_id() -> str:
+    return f"ID:jms-bridge-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """What the engine needs of a staged message, read from its headers."""
+
+    target: str
+    due_ms: int
+    sent_ms: int
+    entered_ms: int
+    expires_ms: int | None
+    message_id: str
+
+    @classmethod
+    def of(cls, headers: dict[str, str]) -> Staged:
+        """Raises KeyError/ValueError for a message that is not a staged copy."""
+        expires = headers.get(EXPIRES)
+        return cls(
+            target=headers[TARGET],
+            due_ms=int(headers[DUE]),
+            sent_ms=int(headers[SENT]),
+            entered_ms=int(headers[ENTERED]),
+            expires_ms=int(expires) if expires else None,
+            message_id=headers[MESSAGE_ID],
+        )
+
+
+def staged_headers(
+    headers: Iterable[tuple[str, str]],
+    *,
+    broker: str,
+    target: str,
+    staging_destination: str,
+    due_ms: int,
+    sent_ms: int,
+    expires_ms: int | None,
+    drop: Iterable[str],
+) -> list[tuple[str, str]]:
+    """The headers of the staged copy of a SEND: keeps receipt and transaction (so that the
+    broker's RECEIPT confirms the staging and COMMIT/ABORT decide it), drops the delay headers
+    named in ``drop`` and the TTL (it is enforced at release, and carried here)."""
+    id_header = MESSAGE_ID_HEADER[broker]
+    first: dict[str, str] = {}
+    for name, value in headers:
+        first.setdefault(name, value)
+    original_id = (first.get(id_header) if id_header else None) or new_message_id()
+    dropped = {*drop, "destination", "expires", "expiration", "correlation-id"}
+    if id_header:
+        dropped.add(id_header)
+    out = [("destination", staging_destination)]
+    out += [(n, v) for n, v in first.items() if n not in dropped and not n.startswith(PREFIX)]
+    out += [
+        (TARGET, target),
+        (DUE, str(due_ms)),
+        (SENT, str(sent_ms)),
+        (ENTERED, str(sent_ms)),
+        (MESSAGE_ID, original_id),
+        ("correlation-id", original_id),
+    ]
+    if id_header:
+        out.append((id_header, new_message_id()))
+    if "correlation-id" in first:
+        out.append((CORRELATION_ID, first["correlation-id"]))
+    if expires_ms is not None:
+        out.append((EXPIRES, str(expires_ms)))
+    for ttl in ("expires", "expiration"):
+        if ttl in first:
+            out += [(TTL_HEADER, ttl), (ORIGINAL_TTL, first[ttl])]
+            break
+    return out
+
+
+def hop_headers(headers: dict[str, str], *, now_ms: int) -> dict[str, str]:
+    """The headers of a staged copy moved to its next queue: only the entry time changes."""
+    out = {n: v for n, v in headers.items() if n not in FRAME_ONLY}
+    out[ENTERED] = str(now_ms)
+    return out
+
+
+def released_headers(headers: dict[str, str], *, broker: str, now_ms: int) -> dict[str, str]:
+    """The headers of the message put to its target: the application's message as it sent it,
+    with its original message id and correlation id and the TTL that remains."""
+    out = {
+        n: v for n, v in headers.items()
+        if not n.startswith(PREFIX) and n not in FRAME_ONLY and n != "correlation-id"
+    }
+    id_header = MESSAGE_ID_HEADER[broker]
+    out[MESSAGE_ID] = headers[MESSAGE_ID]
+    if id_header:
+        out[id_header] = headers[MESSAGE_ID]
+    if CORRELATION_ID in headers:
+        out["correlation-id"] = headers[CORRELATION_ID]
+    ttl_header = headers.get(TTL_HEADER)
+    expires = headers.get(EXPIRES)
+    if ttl_header == "expires":
+        out["expires"] = headers[ORIGINAL_TTL]
+    elif ttl_header == "expiration" and expires:
+        out["expiration"] = str(max(int(expires) - now_ms, 1))
+    return out

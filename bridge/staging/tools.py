@@ -1,0 +1,99 @@
+"""``jms-bridge staged list|count|cancel|release``: operators' view of pending messages.
+
+Staged copies are found by their original message id (``jms-bridge-message-id``, which is
+also their correlation id, as on IBM MQ's staging queue) or by target. A message the engine
+holds at this moment (due within about a second, or at the head of a level queue on ActiveMQ)
+is not visible to these tools until the engine lets it go.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from adapters.base import Message, StagingBroker
+from bridge.staging import envelope
+from bridge.staging.levels import Layout
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    message_id: str
+    target: str
+    due_ms: int
+    size: int
+    queue: str
+
+    @property
+    def due(self) -> str:
+        return dt.datetime.fromtimestamp(self.due_ms / 1000, dt.UTC).isoformat(
+            timespec="milliseconds"
+        )
+
+
+def rows(
+    broker: StagingBroker,
+    layout: Layout,
+    *,
+    target: str | None = None,
+    message_id: str | None = None,
+) -> Iterator[Row]:
+    for queue in layout.queues:
+        for message in broker.browse(queue):
+            try:
+                info = envelope.Staged.of(message.headers)
+            except (KeyError, ValueError):
+                continue
+            if target is not None and info.target != target:
+                continue
+            if message_id is not None and info.message_id != message_id:
+                continue
+            yield Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
+
+
+def render(items: list[Row], *, as_json: bool) -> str:
+    if as_json:
+        return json.dumps([{**asdict(r), "due": r.due} for r in items], indent=2)
+    if not items:
+        return "no staged messages"
+    lines = [f"{'MESSAGE ID':<48} {'TARGET':<32} {'DUE (UTC)':<29} {'SIZE':>8}"]
+    for r in sorted(items, key=lambda r: r.due_ms):
+        lines.append(f"{r.message_id:<48} {r.target:<32} {r.due:<29} {r.size:>8}")
+    return "\n".join(lines)
+
+
+def take(broker: StagingBroker, layout: Layout, message_id: str) -> Message | None:
+    """Remove the staged copy of ``message_id`` from whichever staging queue holds it."""
+    for queue in layout.queues:
+        found = broker.take(queue, envelope.MESSAGE_ID, message_id)
+        if found is not None:
+            return found
+    return None
+
+
+def find(broker: StagingBroker, layout: Layout, message_id: str) -> tuple[str, Message] | None:
+    """The staging queue and staged copy of ``message_id``, without consuming it."""
+    for queue in layout.queues:
+        for message in broker.browse(queue):
+            if message.headers.get(envelope.MESSAGE_ID) == message_id:
+                return queue, message
+    return None
+
+
+def release_now(broker: StagingBroker, layout: Layout, message_id: str, *, name: str) -> bool:
+    """Deliver a staged message to its target now: put the restored message to its target,
+    confirmed, and only then remove the staged copy (a crash in between duplicates, never
+    loses). False when no staging queue has it."""
+    found = find(broker, layout, message_id)
+    if found is None:
+        return False
+    queue, message = found
+    info = envelope.Staged.of(message.headers)
+    now = time.time_ns() // 1_000_000
+    headers = envelope.released_headers(message.headers, broker=name, now_ms=now)
+    broker.publish(info.target, Message(headers, message.body))
+    broker.take(queue, envelope.MESSAGE_ID, message_id)
+    return True

@@ -1,0 +1,32 @@
+"""STOMP 1.0/1.1/1.2 codec: bytes -> frames (FrameParser) and frames -> bytes (serialize)."""
+
+from bridge.stomp.codec import Event, FrameParser, Limits, decode_headers
+from bridge.stomp.errors import StompProtocolError
+from bridge.stomp.frame import (
+    CLIENT_COMMANDS,
+    HEARTBEAT,
+    NEED_DATA,
+    SERVER_COMMANDS,
+    Frame,
+    HeartBeat,
+    NeedData,
+    error_frame,
+    serialize,
+)
+
+__all__ = [
+    "CLIENT_COMMANDS",
+    "HEARTBEAT",
+    "NEED_DATA",
+    "SERVER_COMMANDS",
+    "Event",
+    "Frame",
+    "FrameParser",
+    "HeartBeat",
+    "Limits",
+    "NeedData",
+    "StompProtocolError",
+    "decode_headers",
+    "error_frame",
+    "serialize",
+]

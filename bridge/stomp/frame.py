@@ -1,0 +1,193 @@
+"""STOMP frames as values, and the writing side: serialize() and error_frame().
+
+A parsed Frame keeps the exact wire bytes in ``raw`` because a proxy forwards what the peer sent
+unless it changes the message; ``headers`` is decoded for reading only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from bridge.stomp.escaping import UNESCAPED_COMMANDS, escape
+
+CLIENT_COMMANDS: frozenset[str] = frozenset(
+    {
+        "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
+        "BEGIN", "COMMIT", "ABORT", "DISCONNECT",
+    }
+)  # fmt: skip
+SERVER_COMMANDS: frozenset[str] = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+
+Headers = list[tuple[str, str]]
+LazyHeaders = tuple[Callable[..., Headers], tuple[Any, ...]]  # a decoder and its arguments
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+class HeartBeat:
+    """One EOL received between frames; use the HEARTBEAT singleton."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HEARTBEAT"
+
+
+class NeedData:
+    """Returned by next_event() when more bytes are needed; use the NEED_DATA singleton."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+HEARTBEAT = HeartBeat()
+NEED_DATA = NeedData()
+
+
+class Frame:
+    """One STOMP frame: ``raw`` is the exact wire bytes (command through NUL)."""
+
+    __slots__ = ("command", "raw", "body", "_headers", "_lazy")
+
+    command: str
+    raw: bytes
+    body: bytes
+    _headers: Headers | None
+    _lazy: LazyHeaders | None
+
+    def __init__(
+        self,
+        command: str,
+        headers: Iterable[tuple[str, str]] | Mapping[str, str] = (),
+        body: bytes = b"",
+        *,
+        version: str | None = "1.2",
+    ) -> None:
+        """Build a frame to send; ``raw`` is serialized now, escaped per ``version``."""
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        self.command = command
+        self._headers = [(str(k), str(v)) for k, v in items]
+        self._lazy = None
+        self.body = body
+        self.raw = serialize(command, self._headers, body, version=version)
+
+    @property
+    def headers(self) -> Headers:
+        """Decoded headers in wire order, repeats kept; unchecked frames decode on first use."""
+        headers = self._headers
+        if headers is None:
+            assert self._lazy is not None
+            decode, args = self._lazy
+            headers = self._headers = decode(*args)
+            self._lazy = None
+        return headers
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The value of the first header called ``name`` (STOMP: the first occurrence wins)."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return default
+
+    def __contains__(self, name: object) -> bool:
+        return any(key == name for key, _ in self.headers)
+
+    def with_headers(
+        self,
+        *,
+        set: Mapping[str, str] = _NO_HEADERS,  # noqa: A002 - the relay's chosen keyword
+        remove: Iterable[str] = (),
+        version: str | None,
+    ) -> bytes:
+        """Re-serialize with headers replaced (in place, at the first occurrence) or removed.
+
+        The other headers keep their order and the body is unchanged; names in ``set`` that the
+        frame lacks are appended.
+        """
+        dropped = frozenset(remove)
+        pending = dict(set)
+        out: Headers = []
+        for key, value in self.headers:
+            if key in dropped:
+                continue
+            if key in set:
+                if key not in pending:
+                    continue  # a repeat of a replaced header: only the first one counted
+                value = pending.pop(key)
+            out.append((key, value))
+        out.extend((k, v) for k, v in pending.items() if k not in dropped)
+        return serialize(self.command, out, self.body, version=version)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return (self.command, self.headers, self.body, self.raw) == (
+            other.command,
+            other.headers,
+            other.body,
+            other.raw,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
+        headers = self.headers if self._lazy is None else "<undecoded>"
+        return f"Frame({self.command!r}, {headers!r}, {body!r})"
+
+
+def serialize(
+    command: str,
+    headers: Iterable[tuple[str, str]] | Mapping[str, str],
+    body: bytes = b"",
+    *,
+    version: str | None = "1.2",
+) -> bytes:
+    """Encode a frame, escaping per ``version`` (None follows 1.2; CONNECT/STOMP/CONNECTED never).
+
+    Adds nothing: a body holding NUL needs a content-length header from the caller, and a value
+    the version cannot carry raises ValueError rather than producing a frame peers misread.
+    """
+    if not command or any(c in command for c in "\n\r\0"):
+        raise ValueError(f"bad STOMP command {command!r}")
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    escaped = command not in UNESCAPED_COMMANDS
+    parts = [command, "\n"]
+    has_length = False
+    for name, value in items:
+        if not name:
+            raise ValueError("a STOMP header name cannot be empty")
+        if name == "content-length":
+            has_length = True
+        parts += (
+            escape(name, version, escaped=escaped, name=True),
+            ":",
+            escape(value, version, escaped=escaped),
+            "\n",
+        )
+    parts.append("\n")
+    if not has_length and b"\0" in body:
+        raise ValueError("a body containing NUL needs a content-length header")
+    return b"".join(("".join(parts).encode(), body, b"\0"))
+
+
+def error_frame(
+    message: str,
+    *,
+    detail: str = "",
+    version: str | None = "1.2",
+    receipt_id: str | None = None,
+    headers: Iterable[tuple[str, str]] = (),
+) -> bytes:
+    """An ERROR frame: one-line ``message`` header, text/plain ``detail`` body, content-length."""
+    line = " ".join(message.splitlines()).replace("\0", " ").strip() or "error"
+    body = detail.encode()
+    out: Headers = [("message", line)]
+    if receipt_id is not None:
+        out.append(("receipt-id", receipt_id))
+    out.extend(headers)
+    out += [("content-type", "text/plain"), ("content-length", str(len(body)))]
+    return serialize("ERROR", out, body, version=version)

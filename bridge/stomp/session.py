@@ -1,0 +1,325 @@
+"""One client's STOMP session through the bridge, without I/O.
+
+The session sits between two byte streams: the client's and the broker's. It frames both,
+keeps the connection state in one transition table, negotiates version and heart-beats the
+way the two peers do, and decides, frame by frame, what goes where. Frames it does not need
+to change are forwarded as the bytes that came in.
+
+The one place a client frame can be inspected, rewritten or refused is ``Interceptor``:
+delivery delay (SEND) and staging-queue protection (SEND, SUBSCRIBE) plug in there.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bridge.errors import Refused
+from bridge.metrics import RelayStats
+from bridge.stomp import (
+    HEARTBEAT,
+    Frame,
+    FrameParser,
+    Limits,
+    StompProtocolError,
+    error_frame,
+)
+
+SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+DEFAULT_LIMITS = Limits()
+
+
+class State(enum.Enum):
+    AWAIT_CONNECT = "await-connect"  # nothing received yet
+    CONNECTING = "connecting"  # CONNECT relayed, waiting for the broker's CONNECTED
+    CONNECTED = "connected"
+    DISCONNECTING = "disconnecting"  # client sent DISCONNECT
+    CLOSED = "closed"  # ERROR seen or sent: the connection is ending
+
+
+# (state, frame sent by the client) -> next state. A client frame not in the table is a
+# protocol error. Frames pipelined behind CONNECT are relayed; the broker judges them.
+_PIPELINED = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+CLIENT_TRANSITIONS: dict[tuple[State, str], State] = {
+    (State.AWAIT_CONNECT, "CONNECT"): State.CONNECTING,
+    (State.AWAIT_CONNECT, "STOMP"): State.CONNECTING,
+    (State.CONNECTING, "DISCONNECT"): State.DISCONNECTING,
+    (State.CONNECTED, "DISCONNECT"): State.DISCONNECTING,
+    **{(State.CONNECTING, c): State.CONNECTING for c in _PIPELINED},
+    **{(State.CONNECTED, c): State.CONNECTED for c in _PIPELINED},
+}
+
+# (state, frame sent by the broker) -> next state. Broker frames outside the table are
+# relayed without a change of state: the broker is trusted to speak STOMP.
+BROKER_TRANSITIONS: dict[tuple[State, str], State] = {
+    (State.CONNECTING, "CONNECTED"): State.CONNECTED,
+    (State.CONNECTING, "ERROR"): State.CLOSED,
+    (State.CONNECTED, "ERROR"): State.CLOSED,
+    (State.DISCONNECTING, "ERROR"): State.CLOSED,
+}
+
+
+def _by_state(table: dict[tuple[State, str], State]) -> dict[State, dict[str, State]]:
+    """The table regrouped per state, so the per-frame lookup hashes only a str."""
+    out: dict[State, dict[str, State]] = {state: {} for state in State}
+    for (state, command), nxt in table.items():
+        out[state][command] = nxt
+    return out
+
+
+_CLIENT_MOVES = _by_state(CLIENT_TRANSITIONS)
+_BROKER_MOVES = _by_state(BROKER_TRANSITIONS)
+
+
+class Interceptor(Protocol):
+    """Inspects client frames of the commands it names before they go upstream."""
+
+    commands: frozenset[str]
+
+    def client_frame(self, frame: Frame, session: Session) -> bytes:
+        """Return the bytes to send upstream (``frame.raw`` to relay it unchanged).
+
+        Raise ``bridge.errors.Refused`` to refuse it: the client gets an ERROR frame and the
+        connection closes, as STOMP requires after an ERROR."""
+        ...
+
+
+class PassThrough:
+    commands: frozenset[str] = frozenset()
+
+    def client_frame(self, frame: Frame, session: Session) -> bytes:
+        return frame.raw
+
+
+@dataclass(slots=True)
+class Output:
+    """What one call of the session asks the glue to do."""
+
+    to_broker: list[bytes] = field(default_factory=list)
+    to_client: list[bytes] = field(default_factory=list)
+    close: str | None = None  # set: flush what is above, then close both sides; the reason
+
+
+def parse_heartbeat(value: str | None) -> tuple[int, int]:
+    """``"cx,cy"`` -> (cx, cy) in ms; absent or unreadable -> (0, 0), as STOMP 1.0 had none."""
+    if not value:
+        return (0, 0)
+    a, _, b = value.partition(",")
+    try:
+        x, y = int(a.strip()), int(b.strip())
+    except ValueError:
+        return (0, 0)
+    return (max(x, 0), max(y, 0))
+
+
+def negotiate_heartbeat(client: tuple[int, int], server: tuple[int, int]) -> tuple[int, int]:
+    """(client-to-broker interval, broker-to-client interval) in ms, 0 = none (STOMP 1.1 s.6)."""
+    cx, cy = client
+    sx, sy = server
+    up = max(cx, sy) if cx and sy else 0
+    down = max(sx, cy) if sx and cy else 0
+    return (up, down)
+
+
+def _highest_common(accept: str | None) -> str:
+    if not accept:
+        return "1.0"
+    offered = {v.strip() for v in accept.split(",")}
+    for v in reversed(SUPPORTED_VERSIONS):
+        if v in offered:
+            return v
+    return "1.0"
+
+
+class Session:
+    """A client connection's protocol state; the glue feeds it bytes and carries out Output."""
+
+    def __init__(
+        self,
+        *,
+        interceptor: Interceptor | None = None,
+        stats: RelayStats | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self._state = State.AWAIT_CONNECT
+        self._client_moves = _CLIENT_MOVES[self._state]
+        self._broker_moves = _BROKER_MOVES[self._state]
+        self.version: str | None = None
+        self.login: str | None = None
+        self.client_heartbeat = (0, 0)
+        # Negotiated intervals in ms (0 = none): client->broker and broker->client.
+        self.heartbeat_up = 0
+        self.heartbeat_down = 0
+        self.interceptor: Interceptor = interceptor or PassThrough()
+        self.stats = stats or RelayStats()
+        self._client = FrameParser(role="server", limits=limits)
+        self._broker = FrameParser(role="client", limits=limits, validate=False)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._state = state
+        self._client_moves = _CLIENT_MOVES[state]
+        self._broker_moves = _BROKER_MOVES[state]
+
+    # -- client -> broker ------------------------------------------------------------------
+    def from_client(self, data: bytes) -> Output:
+        out = Output()
+        stats = self.stats
+        stats.bytes["upstream"] += len(data)
+        error: StompProtocolError | None = None
+        try:
+            events = self._client.feed(data)
+        except StompProtocolError as exc:  # frames before the bad one are still relayed
+            events, error = exc.events, exc
+        watched = self.interceptor.commands
+        frames = stats.frames_up
+        for event in events:
+            if event is HEARTBEAT:
+                stats.heartbeats["upstream"] += 1
+                out.to_broker.append(b"\n")
+                continue
+            assert isinstance(event, Frame)
+            command = event.command
+            nxt = self._client_moves.get(command)
+            if nxt is None:
+                return self._refuse_state(command, event, out)
+            if nxt is State.CONNECTING and self._state is State.AWAIT_CONNECT:
+                self._on_connect(event)
+            frames[command] += 1
+            if command in watched:
+                try:
+                    out.to_broker.append(self.interceptor.client_frame(event, self))
+                except Refused as refusal:
+                    stats.refusals[refusal.reason.name] += 1
+                    out.to_client.append(self._refusal_frame(refusal, event))
+                    out.close = f"refused {command}: {refusal}"
+                    self.state = State.CLOSED
+                    return out
+            else:
+                out.to_broker.append(event.raw)
+            if nxt is not self._state:
+                self.state = nxt
+        if error is not None:
+            return self._protocol_error(error, out)
+        return out
+
+    def _on_connect(self, frame: Frame) -> None:
+        self.login = frame.get("login")
+        self.client_heartbeat = parse_heartbeat(frame.get("heart-beat"))
+        # Frames pipelined behind CONNECT are parsed as the version the broker will most
+        # likely choose; CONNECTED settles it.
+        tentative = _highest_common(frame.get("accept-version"))
+        self._client.version = tentative
+
+    def _refuse_state(self, command: str, frame: Frame, out: Output) -> Output:
+        if self.state is State.AWAIT_CONNECT:
+            problem = f"expected CONNECT or STOMP as the first frame, got {command}"
+        elif command in ("CONNECT", "STOMP"):
+            problem = f"{command} received on a connection that is already connected"
+        else:
+            problem = f"{command} not allowed while the session is {self.state.value}"
+        self.stats.protocol_errors["unexpected-frame"] += 1
+        out.to_client.append(
+            error_frame(problem, version=self.version, receipt_id=frame.get("receipt"))
+        )
+        out.close = problem
+        self.state = State.CLOSED
+        return out
+
+    def _refusal_frame(self, refusal: Refused, frame: Frame) -> bytes:
+        return error_frame(
+            str(refusal),
+            detail=refusal.detail,
+            version=self.version,
+            receipt_id=frame.get("receipt"),
+            headers=[("reason-code", str(refusal.reason.code)), ("reason", refusal.reason.name)],
+        )
+
+    def _protocol_error(self, exc: StompProtocolError, out: Output) -> Output:
+        self.stats.protocol_errors[exc.kind] += 1
+        out.to_client.append(exc.error_frame)
+        out.close = f"protocol error from client: {exc}"
+        self.state = State.CLOSED
+        return out
+
+    # -- broker -> client ------------------------------------------------------------------
+    def from_broker(self, data: bytes) -> Output:
+        out = Output()
+        stats = self.stats
+        stats.bytes["downstream"] += len(data)
+        try:
+            events = self._broker.feed(data)
+        except StompProtocolError as exc:
+            self.stats.protocol_errors["broker-" + exc.kind] += 1
+            out.to_client.append(error_frame("the broker sent an invalid frame", detail=str(exc),
+                                             version=self.version))
+            out.close = f"protocol error from broker: {exc}"
+            self.state = State.CLOSED
+            return out
+        frames = stats.frames_down
+        for event in events:
+            if event is HEARTBEAT:
+                stats.heartbeats["downstream"] += 1
+                out.to_client.append(b"\n")
+                continue
+            assert isinstance(event, Frame)
+            command = event.command
+            frames[command] += 1
+            nxt = self._broker_moves.get(command)
+            if nxt is not None:
+                if command == "CONNECTED":
+                    self._on_connected(event)
+                self.state = nxt
+            out.to_client.append(event.raw)
+        return out
+
+    def _on_connected(self, frame: Frame) -> None:
+        version = frame.get("version") or "1.0"
+        self.version = version if version in SUPPORTED_VERSIONS else "1.2"
+        self._client.version = self.version
+        self._broker.version = self.version
+        self.heartbeat_up, self.heartbeat_down = negotiate_heartbeat(
+            self.client_heartbeat, parse_heartbeat(frame.get("heart-beat"))
+        )
+
+    # -- endings ---------------------------------------------------------------------------
+    def broker_lost(self, why: str) -> Output:
+        """The upstream connection ended: tell the client unless the session was ending."""
+        out = Output(close=f"broker connection closed: {why}")
+        if self.state not in (State.DISCONNECTING, State.CLOSED):
+            out.to_client.append(
+                error_frame("the broker closed the connection", detail=why, version=self.version)
+            )
+        self.state = State.CLOSED
+        return out
+
+    def client_silent(self, silent_ms: float) -> Output:
+        self.stats.protocol_errors["heartbeat-timeout"] += 1
+        why = (
+            f"no data from the client for {silent_ms:.0f} ms "
+            f"(heart-beat every {self.heartbeat_up} ms was agreed)"
+        )
+        self.state = State.CLOSED
+        return Output(to_client=[error_frame("heart-beat timeout", detail=why,
+                                             version=self.version)], close=why)
+
+    def broker_silent(self, silent_ms: float) -> Output:
+        why = (
+            f"no data from the broker for {silent_ms:.0f} ms "
+            f"(heart-beat every {self.heartbeat_down} ms was agreed)"
+        )
+        return self.broker_lost(why)
+
+    def shutting_down(self) -> Output:
+        out = Output(close="bridge shutting down")
+        if self.state not in (State.DISCONNECTING, State.CLOSED):
+            out.to_client.append(
+                error_frame("the bridge is shutting down", version=self.version)
+            )
+        self.state = State.CLOSED
+        return out

@@ -1,0 +1,1 @@
+"""Pure policy functions: validation, redelivery, dead-letter routing, reports, selectors."""

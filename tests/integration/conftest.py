@@ -1,0 +1,62 @@
+"""Fixtures for tests against the real brokers, with the real bridge in front of them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import BROKERS, Broker, require
+from tests.integration.staging_util import management
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(params=sorted(BROKERS), scope="session")
+def broker(request: pytest.FixtureRequest) -> Broker:
+    b = BROKERS[request.param]
+    require(b)
+    return b
+
+
+@pytest.fixture(scope="session")
+def bridge(
+    broker: Broker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BridgeProcess]:
+    """One bridge per broker, shared by the tests that only relay traffic."""
+    log = tmp_path_factory.mktemp("bridge") / f"{broker.name}.log"
+    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}", log).start()
+    yield proc
+    code = proc.stop()
+    assert code == 0, f"bridge exited {code} on SIGTERM; log:\n{proc.log()}"
+
+
+@pytest.fixture
+def queue() -> str:
+    """A queue name no other test uses."""
+    return f"jbt-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_test_queues() -> Iterator[None]:
+    """RabbitMQ keeps every durable queue a STOMP /queue/ destination declares: at the end,
+    delete the ones this suite names (``jbt-``), so runs do not pile them up."""
+    yield
+    broker = BROKERS["rabbitmq"]
+    try:
+        names = [q["name"] for q in management(broker, "/queues/%2F?columns=name")
+                 if q["name"].startswith("jbt-")]
+        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
+    except (OSError, pika.exceptions.AMQPError):
+        return  # no broker: the tests that needed one have failed already
+    channel = conn.channel()
+    for name in names:
+        channel.queue_delete(name)
+    conn.close()

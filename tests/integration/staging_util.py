@@ -1,0 +1,79 @@
+"""Helpers for staging tests: a private staging prefix per test, cleaned up afterwards."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from base64 import b64encode
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pika
+import stomp
+
+from bridge.staging.levels import Layout
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import Broker
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def management(broker: Broker, path: str) -> dict:  # type: ignore[type-arg]
+    request = urllib.request.Request(f"{broker.management_url}/api{path}")
+    request.add_header("Authorization", "Basic " + b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())  # type: ignore[no-any-return]
+
+
+def clean(broker: Broker, layout: Layout) -> None:
+    """Remove a test's staging queues and whatever is left on them."""
+    queues = [*layout.queues, f"{layout.prefix}.invalid", f"{layout.prefix}.undeliverable"]
+    if broker.name == "rabbitmq":
+        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
+        channel = conn.channel()
+        for q in queues:
+            channel.queue_delete(q)
+        conn.close()
+        return
+    conn = stomp.Connection12([(broker.stomp_host, broker.stomp_port)], heartbeats=(0, 0))
+    received: list[int] = []
+    conn.set_listener("drain", type("L", (stomp.ConnectionListener,), {
+        "on_message": lambda self, f: received.append(1)})())
+    conn.connect(broker.user, broker.password, wait=True)
+    for i, q in enumerate(queues):
+        conn.subscribe(f"/queue/{q}", id=str(i), ack="auto")
+    last, quiet_since = -1, time.monotonic()
+    while time.monotonic() - quiet_since < 1.0:
+        if len(received) != last:
+            last, quiet_since = len(received), time.monotonic()
+        time.sleep(0.1)
+    conn.disconnect()
+
+
+@contextmanager
+def private_bridges(broker: Broker, tmp: Path, n: int = 1,
+                    extra: tuple[str, ...] = ()) -> Iterator[tuple[Layout, list[BridgeProcess]]]:
+    """``n`` bridges sharing a staging prefix of their own."""
+    layout = Layout(f"jbt-staging-{uuid.uuid4().hex[:8]}")
+    procs = [
+        BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
+                      tmp / f"bridge{i}.log",
+                      extra=["--staging-prefix", layout.prefix, *extra])
+        for i in range(n)
+    ]
+    try:
+        for p in procs:
+            p.start()
+        yield layout, procs
+    finally:
+        for p in procs:
+            p.stop()
+        clean(broker, layout)

@@ -1,0 +1,530 @@
+"""The broker adapters against the real brokers: header fidelity both ways with plain STOMP
+clients, holding, FIFO, crash-safe settling, subscriptions, browsing and taking."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pika
+import pytest
+
+from adapters.activemq import ActiveMQ
+from adapters.base import Held, Message, Move, StagingBroker
+from adapters.rabbitmq import RabbitMQ, amqp_properties, route, stomp_headers
+from bridge.config import Endpoint
+from bridge.errors import BrokerUnavailable, PutRefused
+from tests.integration.brokers import Broker
+from tests.integration.clients import Inbox, connect
+from tests.integration.tcpproxy import TcpProxy
+
+PER_DELIVERY = {"message-id", "subscription", "ack", "destination", "redelivered", "content-length"}
+# Headers ActiveMQ gives every message that did not set them (timestamp: the send time).
+BROKER_DEFAULTS = {"rabbitmq": {}, "activemq": {"expires": "0", "priority": "4", "timestamp": None}}
+ODD = "ü:\\ñ 🦀 a:b\\c"
+
+
+def only(name: str) -> pytest.MarkDecorator:
+    """Run a test on one broker only (overrides the ``broker`` fixture's parameters)."""
+    return pytest.mark.parametrize("broker", [name], indirect=True)
+
+
+def _amqp_endpoint(broker: Broker) -> Endpoint:
+    assert broker.amqp_url is not None
+    url = urlsplit(broker.amqp_url)
+    vhost = unquote(url.path[1:]) or "/"
+    host, port = url.hostname or "127.0.0.1", url.port or 5672
+    return Endpoint(host, port, url.username, url.password, vhost)
+
+
+def _address(broker: Broker) -> tuple[str, int]:
+    if broker.name == "rabbitmq":
+        ep = _amqp_endpoint(broker)
+        return ep.host, ep.port
+    return broker.stomp_host, broker.stomp_port
+
+
+def _adapter(broker: Broker, port: int | None = None) -> StagingBroker:
+    """An unconnected adapter for ``broker``; ``port`` on 127.0.0.1 instead (a proxy)."""
+    if broker.name == "rabbitmq":
+        ep = _amqp_endpoint(broker)
+        if port is not None:
+            ep = Endpoint("127.0.0.1", port, ep.user, ep.password, ep.vhost)
+        return RabbitMQ(ep)
+    host, port = (broker.stomp_host, broker.stomp_port) if port is None else ("127.0.0.1", port)
+    return ActiveMQ(Endpoint(host, port, broker.user, broker.password))
+
+
+@pytest.fixture
+def adapter(broker: Broker) -> Iterator[StagingBroker]:
+    a = _adapter(broker)
+    a.connect()
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def names(broker: Broker) -> Iterator[Callable[[], str]]:
+    """Fresh queue names; RabbitMQ's are deleted afterwards."""
+    made: list[str] = []
+
+    def new() -> str:
+        made.append(f"jbt-ad-{uuid.uuid4().hex[:12]}")
+        return made[-1]
+
+    yield new
+    if broker.name == "rabbitmq" and made:
+        with contextlib.closing(_pika(broker)) as c:
+            ch = c.channel()
+            for name in made:
+                ch.queue_delete(name)
+
+
+def _pika(broker: Broker) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
+
+
+def _stomp(broker: Broker, **kw: Any) -> tuple[Any, Inbox]:
+    return connect(broker.stomp_port, broker.user, broker.password, auto_decode=False, **kw)
+
+
+def _own(headers: dict[str, str]) -> dict[str, str]:
+    return {n: v for n, v in headers.items() if n not in PER_DELIVERY}
+
+
+def _without_defaults(broker: Broker, got: dict[str, str], sent: dict[str, str]) -> dict[str, str]:
+    """``got`` less the headers the broker adds to a message that did not set them."""
+    out = dict(got)
+    for name, value in BROKER_DEFAULTS[broker.name].items():
+        if name not in sent and name in out and value in (None, out[name]):
+            del out[name]
+    return out
+
+
+def _receive(broker: Broker, destination: str, n: int, **kw: Any) -> list[Any]:
+    conn, inbox = _stomp(broker, **kw)
+    conn.subscribe(destination, id="t", ack="auto")
+    frames = inbox.take(n, timeout=10)
+    conn.disconnect()
+    return frames
+
+
+def _app_headers(broker: Broker) -> dict[str, str]:
+    headers = {
+        "custom": ODD,
+        "x-num": "42",
+        "persistent": "true",
+        "priority": "7",
+        "correlation-id": "corr-1",
+        "reply-to": "/queue/replies",
+        "type": "OrderPlaced",
+        "content-type": "application/octet-stream",
+    }
+    if broker.name == "rabbitmq":
+        headers |= {"expiration": "600000", "amqp-message-id": "amqp-1", "app-id": "bench",
+                    "user-id": "guest", "timestamp": "1700000000", "content-encoding": "gzip"}
+    else:
+        headers |= {"expires": str(int(time.time() * 1000) + 600_000)}
+    return headers
+
+
+def _peek(adapter: StagingBroker, queue: str, timeout: float = 3.0) -> Held:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = adapter.peek(queue)
+        if held is not None:
+            return held
+        time.sleep(0.01)
+    raise AssertionError(f"nothing to peek on {queue}")
+
+
+def _fill(adapter: StagingBroker, queue: str, n: int, **headers: str) -> None:
+    for i in range(n):
+        adapter.publish(f"/queue/{queue}", Message({"seq": str(i), **headers}, f"m{i}".encode()))
+
+
+# -- fidelity -------------------------------------------------------------------------------
+
+
+def test_publish_reaches_a_stomp_subscriber_with_exactly_its_headers(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    sent = _app_headers(broker)
+    binary = bytes(range(256)) + b"\0\0end"
+    big = bytes(i % 251 for i in range(1 << 20))
+    adapter.publish(f"/queue/{queue}", Message(sent, binary))
+    adapter.publish(f"/queue/{queue}", Message({"k": "big"}, big))
+
+    first, second = _receive(broker, f"/queue/{queue}", 2)
+    assert first.body == binary
+    assert _without_defaults(broker, _own(first.headers), sent) == sent
+    assert second.body == big
+    assert _without_defaults(broker, _own(second.headers), {}) == {"k": "big"}
+
+
+def test_stomp_send_to_the_staging_destination_peeks_as_a_subscriber_sees_it(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    destination = adapter.client_destination(queue)
+    sent = _app_headers(broker)
+    body = b"\0binary\0\xff\xfe body"
+    conn, inbox = _stomp(broker)
+    conn.send(destination, body, headers={**sent, "receipt": "r1"})
+    assert inbox.wait_receipt("r1")
+    conn.disconnect()
+
+    held = _peek(adapter, queue)
+    assert held.message.body == body
+    peeked = held.message.headers
+    adapter.close()  # gives it back
+
+    (frame,) = _receive(broker, destination, 1)
+    assert frame.body == body
+    assert peeked == _own(frame.headers)
+    for name, value in sent.items():  # and they are the application's own
+        assert peeked[name] == value
+
+
+def test_put_back_then_peek_gives_the_same_message(
+    adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    _fill(adapter, queue, 2)
+    first = _peek(adapter, queue)
+    adapter.put_back(first)
+    again = _peek(adapter, queue)
+    assert again.message == first.message
+    assert again.message.headers["seq"] == "0"
+
+
+def test_a_put_back_head_can_be_taken_by_another_connection(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    _fill(adapter, queue, 2)
+    adapter.put_back(_peek(adapter, queue))
+    tool = _adapter(broker)
+    tool.connect()
+    try:
+        taken = tool.take(queue, "seq", "0")
+    finally:
+        tool.close()
+    assert taken is not None and taken.body == b"m0"
+    assert _peek(adapter, queue).message.headers["seq"] == "1"
+
+
+@only("activemq")
+def test_activemq_hold_put_back_keeps_the_head(broker: Broker, names: Callable[[], str]) -> None:
+    queue = names()
+    holder = ActiveMQ(
+        Endpoint(broker.stomp_host, broker.stomp_port, broker.user, broker.password),
+        hold_put_back=True,
+    )
+    holder.connect()
+    try:
+        _fill(holder, queue, 2)
+        first = _peek(holder, queue)
+        holder.put_back(first)
+        assert holder.peek(queue) is first  # at once, no wait
+    finally:
+        holder.close()
+
+
+def test_fifo_over_a_hundred_messages(adapter: StagingBroker, names: Callable[[], str]) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    _fill(adapter, queue, 100)
+    seen = []
+    for _ in range(100):
+        held = _peek(adapter, queue)
+        seen.append(int(held.message.headers["seq"]))
+        adapter.settle([Move(held)])
+    assert seen == list(range(100))
+    assert adapter.peek(queue) is None
+
+
+def test_settle_moves_a_message_to_another_queue(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    source, target = names(), names()
+    adapter.ensure_queues([source, target])
+    _fill(adapter, source, 1, custom=ODD)
+    held = _peek(adapter, source)
+    moved = Message({**held.message.headers, "hop": "1"}, held.message.body)
+    adapter.settle([Move(held, adapter.client_destination(target), moved)])
+    assert list(adapter.browse(source)) == []
+    (arrived,) = list(adapter.browse(target))
+    assert arrived == moved
+
+
+def test_settle_cut_off_mid_way_duplicates_and_never_loses(
+    broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, target = names(), names()
+    proxy = TcpProxy(_address(broker))
+    cut = _adapter(broker, proxy.port)
+    try:
+        cut.connect()
+        cut.ensure_queues([source, target])
+        _fill(cut, source, 1)
+        held = _peek(cut, source)
+        if isinstance(cut, RabbitMQ):
+            publish = cut._publish  # the replacement is confirmed; the ack never leaves
+
+            def publish_then_die(*args: object) -> None:
+                publish(*args)  # type: ignore[arg-type]
+                proxy.cut()
+
+            monkeypatch.setattr(cut, "_publish", publish_then_die)
+        else:
+            assert isinstance(cut, ActiveMQ) and cut._conn is not None
+            monkeypatch.setattr(cut._conn, "commit", lambda *a, **k: proxy.cut())
+        with contextlib.suppress(BrokerUnavailable):
+            cut.settle([Move(held, cut.client_destination(target), held.message)])
+            cut.peek(source)  # notices the cut if settle did not
+    finally:
+        cut.close()
+        proxy.close()
+
+    check = _adapter(broker)
+    check.connect()
+    try:
+        deadline = time.monotonic() + 5  # the broker notices the cut connection
+        while time.monotonic() < deadline and not list(check.browse(source)):
+            time.sleep(0.05)
+        in_source, in_target = list(check.browse(source)), list(check.browse(target))
+    finally:
+        check.close()
+    assert [m.body for m in in_source] == [b"m0"]  # never lost
+    # RabbitMQ: confirmed before the ack was lost, so a duplicate; ActiveMQ: one transaction
+    assert [m.body for m in in_target] == ([b"m0"] if broker.name == "rabbitmq" else [])
+
+
+def test_subscribe_and_poll_respect_the_prefetch(
+    adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    _fill(adapter, queue, 5)
+    adapter.subscribe(queue, 2)
+
+    def collect(n: int, within: float) -> list[Held]:
+        got: list[Held] = []
+        deadline = time.monotonic() + within
+        while len(got) < n and time.monotonic() < deadline:
+            got += adapter.poll(0.1)
+        return got
+
+    first = collect(2, 3.0)
+    assert [h.message.headers["seq"] for h in first] == ["0", "1"]
+    assert collect(1, 0.3) == []  # both held: nothing more comes
+    adapter.settle([Move(h) for h in first])
+    rest = collect(2, 3.0)
+    assert [h.message.headers["seq"] for h in rest] == ["2", "3"]
+    adapter.settle([Move(h) for h in rest])
+    last = collect(1, 3.0)
+    assert [h.message.headers["seq"] for h in last] == ["4"]
+
+
+def test_browse_returns_all_and_consumes_none(
+    adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    _fill(adapter, queue, 3)
+    first = [m.headers["seq"] for m in adapter.browse(queue)]
+    second = [m.headers["seq"] for m in adapter.browse(queue)]
+    assert first == second == ["0", "1", "2"]
+    assert _peek(adapter, queue).message.headers["seq"] == "0"
+
+
+@pytest.mark.parametrize("header", ["k", "jms-bridge-message-id", "correlation-id"])
+def test_take_removes_exactly_the_matching_message(
+    adapter: StagingBroker, names: Callable[[], str], header: str
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    for value in ("a", "b'x", "c"):
+        adapter.publish(f"/queue/{queue}", Message({header: value}, value.encode()))
+    taken = adapter.take(queue, header, "b'x")
+    assert taken is not None and taken.body == b"b'x" and taken.headers[header] == "b'x"
+    assert adapter.take(queue, header, "zzz") is None
+    assert [m.body for m in adapter.browse(queue)] == [b"a", b"c"]
+
+
+def test_take_finds_the_head_this_adapter_holds(
+    adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    _fill(adapter, queue, 2)
+    held = _peek(adapter, queue)
+    if isinstance(adapter, RabbitMQ):
+        adapter.put_back(held)  # RabbitMQ: a held message is out of its queue until given back
+    taken = adapter.take(queue, "seq", "0")
+    assert taken is not None and taken.body == b"m0"
+    assert [m.body for m in adapter.browse(queue)] == [b"m1"]
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+def test_connect_to_a_closed_port_names_broker_and_address(broker: Broker) -> None:
+    with socket_closed_port() as port:
+        a = _adapter(broker, port)
+        with pytest.raises(BrokerUnavailable) as err:
+            a.connect()
+    text = str(err.value)
+    assert text.startswith(broker.name)
+    assert f"127.0.0.1:{port}" in text and "ConnectionRefusedError" in text
+    assert "\n" not in text
+
+
+@contextlib.contextmanager
+def socket_closed_port() -> Iterator[int]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]  # bound, never listening: refused
+
+
+def test_a_lost_connection_raises_broker_unavailable_from_the_next_call(
+    broker: Broker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    proxy = TcpProxy(_address(broker))
+    a = _adapter(broker, proxy.port)
+    try:
+        a.connect()
+        a.ensure_queues([queue])
+        proxy.cut()
+        with pytest.raises(BrokerUnavailable) as err:
+            for _ in range(50):  # the receiver thread (ActiveMQ) notices within moments
+                a.peek(queue)
+                time.sleep(0.02)
+        assert str(err.value).startswith(broker.name)
+        with pytest.raises(BrokerUnavailable):
+            a.poll(0)
+    finally:
+        a.close()
+        proxy.close()
+
+
+def test_destinations_a_staged_message_cannot_target_are_refused(
+    adapter: StagingBroker,
+) -> None:
+    for destination in ("/temp-queue/x", "/reply-queue/x", "queue/x/y", "/queue/"):
+        with pytest.raises(ValueError):
+            adapter.publish(destination, Message({}, b""))
+
+
+# -- RabbitMQ: the STOMP plugin's mapping ----------------------------------------------------
+
+
+@only("rabbitmq")
+def test_rabbitmq_pika_properties_read_as_the_plugin_shows_them(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.ensure_queues([queue])
+    props = pika.BasicProperties(
+        headers={"s": "str", "i": 7, "big": 2**40, "flag": True, "table": {"a": 1},
+                 "dec": Decimal("1.5")},
+        delivery_mode=1, priority=3, timestamp=99, reply_to="bare-queue", type="t",
+    )
+    with contextlib.closing(_pika(broker)) as c:
+        ch = c.channel()
+        for _ in range(2):
+            ch.basic_publish("", queue, b"amqp", props)
+    held = _peek(adapter, queue)
+    (frame,) = _receive(broker, adapter.client_destination(queue), 1)
+    assert held.message.headers == _own(frame.headers)
+    assert held.message.headers == {
+        "s": "str", "i": "7", "big": "1099511627776", "persistent": "1", "priority": "3",
+        "timestamp": "99", "reply-to": "/reply-queue/bare-queue", "type": "t",
+    }
+
+
+@only("rabbitmq")
+def test_rabbitmq_missing_amq_queue_fails_instead_of_dropping(
+    broker: Broker, adapter: StagingBroker
+) -> None:
+    # A refusal of that one message (PutRefused), not an outage: the adapter stays usable.
+    with pytest.raises(PutRefused, match="no queue") as missing_queue:
+        adapter.publish(f"/amq/queue/jbt-missing-{uuid.uuid4().hex}", Message({}, b"x"))
+    with pytest.raises(PutRefused, match="NOT_FOUND") as missing_exchange:
+        adapter.publish(f"/exchange/jbt-missing-{uuid.uuid4().hex}/k", Message({}, b"x"))
+    assert missing_queue.value.reason.code == missing_exchange.value.reason.code == 2085
+    adapter.publish("/topic/jbt.nobody", Message({}, b"x"))  # a topic may have no subscriber
+
+
+@only("rabbitmq")
+def test_rabbitmq_queue_target_is_declared_like_the_plugin_and_tolerates_other_arguments(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    queue = names()
+    adapter.publish(f"/queue/{queue}", Message({"x-max-priority": "9"}, b"one"))
+    other = _adapter(broker)
+    other.connect()
+    try:  # the queue has x-max-priority now; a message without it still gets there
+        other.publish(f"/queue/{queue}", Message({}, b"two"))
+    finally:
+        other.close()
+    assert [m.body for m in adapter.browse(queue)] == [b"one", b"two"]
+
+
+def test_rabbitmq_header_mapping_is_the_plugins() -> None:
+    props = amqp_properties({
+        "persistent": "True", "priority": " 5 ", "reply-to": "/reply-queue/amq.gen-1",
+        "custom": "v", "destination": "/queue/x", "content-length": "3",
+    })
+    assert (props.delivery_mode, props.priority, props.reply_to) == (2, 5, "amq.gen-1")
+    assert props.headers == {"custom": "v"}
+    assert stomp_headers(props) == {
+        "custom": "v", "persistent": "true", "priority": "5", "reply-to": "/reply-queue/amq.gen-1",
+    }
+    assert amqp_properties({"persistent": "false"}).delivery_mode is None
+    for bad in ({"message-id": "m"}, {"priority": "high"}, {"timestamp": "1_0"}):
+        with pytest.raises(ValueError):
+            amqp_properties(bad)
+    # a table entry shadows a property of the same name, as on the plugin's MESSAGE
+    assert stomp_headers(pika.BasicProperties(priority=3, headers={"priority": "x"})) == {
+        "priority": "x"
+    }
+    assert route("/queue/a%2Fb").routing_key == "a/b"
+    assert route("/exchange/amq.direct").exchange == "amq.direct"
+    assert (route("/topic/t.x").exchange, route("/topic/t.x").routing_key) == ("amq.topic", "t.x")
+    assert route("bare").declare
+
+
+# -- ActiveMQ: message kinds -----------------------------------------------------------------
+
+
+@only("activemq")
+def test_activemq_a_move_keeps_a_text_message_text(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    source, target = names(), names()
+    adapter.ensure_queues([source, target])
+    conn, inbox = _stomp(broker, auto_content_length=False)
+    conn.send(f"/queue/{source}", b"plain text", headers={"receipt": "r"})
+    conn.send(f"/queue/{source}", b"by\0tes", headers={"receipt": "s", "content-length": "6"})
+    assert inbox.wait_receipt("r") and inbox.wait_receipt("s")
+    conn.disconnect()
+    for _ in range(2):
+        held = _peek(adapter, source)
+        adapter.settle([Move(held, f"/queue/{target}", held.message)])
+    text, binary = _receive(broker, f"/queue/{target}", 2)
+    assert text.body == b"plain text" and "content-length" not in text.headers
+    assert binary.body == b"by\0tes" and binary.headers["content-length"] == "6"

@@ -1,0 +1,76 @@
+"""The ``jms-bridge`` command as a person runs it: failures are one line, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.bridgeproc import free_port
+
+BIN = Path(sys.executable).with_name("jms-bridge")
+
+
+def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JMS_BRIDGE_")}
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_console_script_is_installed() -> None:
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.startswith("jms-bridge ")
+
+
+def test_unknown_flag() -> None:
+    assert "--frobnicate" in one_line_error(run("run", "--frobnicate"))
+
+
+def test_bad_flag_value() -> None:
+    assert "upstream-stomp" in one_line_error(run("run", "--upstream-stomp", "localhost"))
+
+
+@pytest.mark.parametrize("text", ["broker: [\n", "nonsense: 1\n", "broker: kafka\n"])
+def test_invalid_config_file(tmp_path: Path, text: str) -> None:
+    cfg = tmp_path / "bridge.yaml"
+    cfg.write_text(text)
+    assert str(cfg) in one_line_error(run("run", "--config", str(cfg)))
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    line = one_line_error(run("run", "--config", str(tmp_path / "missing.yaml")))
+    assert "cannot read" in line
+
+
+def test_unreachable_broker(tmp_path: Path) -> None:
+    port = free_port()
+    line = one_line_error(
+        run("run", "--broker", "activemq", "--upstream-stomp", f"stomp://127.0.0.1:{port}",
+            "--stomp-listen", f"127.0.0.1:{free_port()}",
+            "--admin-listen", f"127.0.0.1:{free_port()}")
+    )
+    assert "activemq" in line and f"127.0.0.1:{port}" in line and "not reachable" in line
+
+
+def test_listen_port_taken(tmp_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        line = one_line_error(
+            run("run", "--upstream-stomp", f"stomp://127.0.0.1:{taken.getsockname()[1]}",
+                "--stomp-listen", f"127.0.0.1:{port}",
+                "--admin-listen", f"127.0.0.1:{free_port()}")
+        )
+    assert "stomp-listen" in line and str(port) in line

@@ -1,0 +1,115 @@
+"""A client from another ecosystem through the bridge: Perl's Net::Stomp (Debian libnet-stomp-perl).
+
+tests/clients/stomp_roundtrip.pl subscribes with client acks, sends messages with custom
+headers (text and binary bodies, escaped header values on 1.1/1.2), receives and acks them all,
+then checks on a second connection that nothing is redelivered. It prints one JSON line.
+
+Perl or Net::Stomp missing: the test fails when CI is set (a CI run can never pass by skipping)
+and skips otherwise; scripts/install-test-deps installs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import Broker
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "clients" / "stomp_roundtrip.pl"
+COUNT = 20
+# The script bounds itself to 30 s; this only guards against it hanging regardless.
+TIMEOUT = 45.0
+INSTALL_HINT = (
+    "run scripts/install-test-deps (or: apt-get install -y libnet-stomp-perl; "
+    "elsewhere: cpan Net::Stomp)"
+)
+
+
+@functools.cache
+def _missing() -> str | None:
+    """None when perl can load Net::Stomp and JSON::PP, else what is wrong."""
+    perl = shutil.which("perl")
+    if perl is None:
+        return "perl is not installed"
+    try:
+        check = subprocess.run(
+            [perl, "-MNet::Stomp", "-MJSON::PP", "-e", "1"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run {perl}: {exc}"
+    if check.returncode != 0:
+        first = (check.stderr.strip().splitlines() or ["(no message)"])[0].split(" (@INC")[0]
+        return f"perl cannot load Net::Stomp/JSON::PP: {first}"
+    return None
+
+
+def _require_perl() -> str:
+    problem = _missing()
+    if problem is not None:
+        message = f"foreign STOMP client unavailable: {problem}; {INSTALL_HINT}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return shutil.which("perl") or "perl"
+
+
+def _run(
+    perl: str, port: int, broker: Broker, dest: str, version: str
+) -> tuple[dict[str, Any], str]:
+    """Run the script against 127.0.0.1:`port`; its JSON summary and a transcript for messages."""
+    args = [perl, str(SCRIPT), broker.stomp_host, str(port), broker.user, broker.password,
+            broker.vhost, dest, str(COUNT), version]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        return {"ok": False, "error": f"killed after {TIMEOUT} s"}, f"{args}\n{exc.stdout!r}"
+    transcript = (f"$ {' '.join(args)}\nexit {done.returncode}\n"
+                  f"stdout:\n{done.stdout}stderr:\n{done.stderr}")
+    lines = done.stdout.strip().splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        summary = {}
+    if not isinstance(summary, dict) or not summary:
+        summary = {"ok": False, "error": "no JSON summary on stdout"}
+    if done.returncode != 0:
+        summary["ok"] = False
+    return summary, transcript
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_perl_net_stomp_roundtrip_through_bridge(
+    bridge: BridgeProcess, broker: Broker, queue: str, version: str
+) -> None:
+    perl = _require_perl()
+    dest = broker.queue_destination(queue)
+    summary, transcript = _run(perl, bridge.stomp_port, broker, dest, version)
+    if not summary.get("ok"):
+        # Tell a bridge fault from a client or broker fault: the same run straight to the broker.
+        direct, direct_transcript = _run(
+            perl, broker.stomp_port, broker, broker.queue_destination(queue + "-direct"), version
+        )
+        verdict = ("the same run straight to the broker PASSED, so the bridge is at fault"
+                   if direct.get("ok") else
+                   "the same run straight to the broker FAILED too")
+        log = bridge.log()[-4000:]
+        pytest.fail(
+            f"Net::Stomp (STOMP {version}) through the bridge to {broker.name} failed: "
+            f"{summary.get('error')}\n{verdict}\n\n--- through the bridge ---\n{transcript}\n"
+            f"--- direct ---\n{direct_transcript}\n--- bridge log (tail) ---\n{log}",
+            pytrace=False,
+        )
+    assert summary["version"] == version
+    assert (summary["sent"], summary["received"], summary["acked"]) == (COUNT, COUNT, COUNT)
+    assert summary["redelivered_after_ack"] == 0
+    assert summary["server"] == f"{broker.stomp_host}:{bridge.stomp_port}"

@@ -1,0 +1,151 @@
+"""Exact bytes through the bridge: CONNECTED, errors, heart-beat timeouts, broker loss, SIGTERM."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import Broker
+from tests.integration.tcpproxy import TcpProxy
+from tests.integration.wire import RawPeer
+
+
+def test_connected_frame_is_the_brokers_own(bridge: BridgeProcess, broker: Broker) -> None:
+    direct = RawPeer(broker.stomp_port, broker.stomp_host)
+    expected = direct.connect(broker.user, broker.password, heart_beat="0,0")
+    relayed = RawPeer(bridge.stomp_port)
+    got = relayed.connect(broker.user, broker.password, heart_beat="0,0")
+    assert got.command == expected.command == "CONNECTED"
+    assert got.get("version") == expected.get("version") == "1.2"
+    assert got.get("server") == expected.get("server")
+    assert got.get("heart-beat") == expected.get("heart-beat")
+    direct.close()
+    relayed.close()
+
+
+def test_malformed_frame_gets_error_and_close_others_unaffected(
+    bridge: BridgeProcess, broker: Broker, queue: str
+) -> None:
+    bystander = RawPeer(bridge.stomp_port)
+    assert bystander.connect(broker.user, broker.password).command == "CONNECTED"
+    before = bridge.metric("jms_bridge_protocol_errors_total", kind="bad-header")
+
+    bad = RawPeer(bridge.stomp_port)
+    assert bad.connect(broker.user, broker.password).command == "CONNECTED"
+    bad.send(b"SEND\ndestination:/queue/x\nthis line has no colon\n\nbody\x00")
+    error = bad.next_frame()
+    assert error.command == "ERROR"
+    assert "header" in (error.get("message") or "").lower()
+    assert bad.wait_closed()
+    assert bridge.metric("jms_bridge_protocol_errors_total", kind="bad-header") == before + 1
+
+    dest = broker.queue_destination(queue)
+    bystander.send(f"SUBSCRIBE\nid:1\ndestination:{dest}\nack:auto\n\n\x00".encode())
+    bystander.send(f"SEND\ndestination:{dest}\nreceipt:r1\n\nstill here\x00".encode())
+    frames = [bystander.next_frame(), bystander.next_frame()]
+    assert sorted(f.command for f in frames) == ["MESSAGE", "RECEIPT"]
+    assert [f.body for f in frames if f.command == "MESSAGE"] == [b"still here"]
+    bystander.close()
+
+
+def test_first_frame_must_be_connect(bridge: BridgeProcess) -> None:
+    peer = RawPeer(bridge.stomp_port)
+    peer.send(b"SEND\ndestination:/queue/x\nreceipt:77\n\nhi\x00")
+    error = peer.next_frame()
+    assert error.command == "ERROR"
+    assert "CONNECT" in (error.get("message") or "")
+    assert error.get("receipt-id") == "77"
+    assert peer.wait_closed()
+
+
+def test_silent_client_is_disconnected_and_upstream_closed(
+    bridge: BridgeProcess, broker: Broker
+) -> None:
+    peer = RawPeer(bridge.stomp_port)
+    connected = peer.connect(broker.user, broker.password, heart_beat="300,0")
+    assert connected.command == "CONNECTED"
+    assert connected.get("heart-beat", "0,0").split(",")[1] != "0", "broker offers no heart-beat"
+    started = time.monotonic()
+    assert peer.wait_closed(timeout=15), "a silent client was not disconnected"
+    assert time.monotonic() - started < 10
+    # The bridge says why (unless the broker noticed first and hung up on us).
+    errors = [f for f in peer.frames if f.command == "ERROR"]
+    assert errors, "the client was closed without an ERROR frame"
+    deadline = time.monotonic() + 5
+    while bridge.metric("jms_bridge_connections_open") > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_broker_going_away_reaches_clients_as_error(
+    broker: Broker, tmp_path: Path
+) -> None:
+    proxy = TcpProxy((broker.stomp_host, broker.stomp_port))
+    proc = BridgeProcess(broker.name, f"127.0.0.1:{proxy.port}", tmp_path / "b.log").start()
+    try:
+        peers = [RawPeer(proc.stomp_port) for _ in range(3)]
+        for p in peers:
+            assert p.connect(broker.user, broker.password).command == "CONNECTED"
+        proxy.cut()
+        for p in peers:
+            error = p.next_frame()
+            assert error.command == "ERROR"
+            assert "broker" in (error.get("message") or "")
+            assert p.wait_closed()
+    finally:
+        proxy.close()
+        assert proc.stop() == 0
+
+
+def test_sigterm_shuts_down_cleanly(broker: Broker, tmp_path: Path, queue: str) -> None:
+    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp_path / "b.log").start()
+    peer = RawPeer(proc.stomp_port)
+    assert peer.connect(broker.user, broker.password).command == "CONNECTED"
+    dest = broker.queue_destination(queue)
+    peer.send(f"SEND\ndestination:{dest}\nreceipt:before-stop\n\nkept\x00".encode())
+    assert peer.next_frame().command == "RECEIPT"
+    assert proc.stop() == 0, proc.log()
+    assert peer.wait_closed()
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", proc.stomp_port)) != 0, "still accepting after SIGTERM"
+    # The message sent before the stop is on the broker.
+    direct = RawPeer(broker.stomp_port, broker.stomp_host)
+    direct.connect(broker.user, broker.password)
+    direct.send(f"SUBSCRIBE\nid:1\ndestination:{dest}\nack:auto\n\n\x00".encode())
+    assert direct.next_frame().body == b"kept"
+    direct.close()
+
+
+def test_admin_endpoints(bridge: BridgeProcess, broker: Broker) -> None:
+    assert bridge.http("/healthz")[0] == 200
+    status, body = bridge.http("/readyz")
+    assert status == 200 and '"ready"' in body
+    peer = RawPeer(bridge.stomp_port)
+    peer.connect(broker.user, broker.password)
+    status, text = bridge.http("/metrics")
+    assert status == 200
+    for name in ("jms_bridge_connections_open", "jms_bridge_connections_total",
+                 "jms_bridge_frames_relayed_total", "jms_bridge_bytes_relayed_total",
+                 "jms_bridge_protocol_errors_total"):
+        assert name in text
+    assert bridge.metric("jms_bridge_frames_relayed_total", command="CONNECT",
+                         direction="upstream") >= 1
+    assert bridge.metric("jms_bridge_frames_relayed_total", command="CONNECTED",
+                         direction="downstream") >= 1
+    assert bridge.metric("jms_bridge_connections_open") >= 1
+    peer.close()
+
+
+def test_readyz_says_when_the_broker_is_gone(broker: Broker, tmp_path: Path) -> None:
+    proxy = TcpProxy((broker.stomp_host, broker.stomp_port))
+    proc = BridgeProcess(broker.name, f"127.0.0.1:{proxy.port}", tmp_path / "b.log").start()
+    try:
+        assert proc.http("/readyz")[0] == 200
+        proxy.close()
+        status, body = proc.http("/readyz")
+        assert status == 503 and "not ready" in body
+        assert proc.http("/healthz")[0] == 200
+    finally:
+        assert proc.stop() == 0

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.config import Endpoint, resolve
+from bridge.errors import ConfigError
+
+
+def test_defaults() -> None:
+    s = resolve({}, environ={})
+    assert s.broker == "rabbitmq"
+    assert s.upstream_stomp == Endpoint("127.0.0.1", 61613)
+    assert s.log_format == "console" and s.log_level == "info"
+
+
+def test_flag_beats_environment_beats_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("broker: activemq\nupstream_stomp: stomp://file:1\nlog-level: debug\n"
+                   "stomp-listen: 0.0.0.0:7000\n")
+    env = {"JMS_BRIDGE_UPSTREAM_STOMP": "stomp://u:p@env:2", "JMS_BRIDGE_LOG_LEVEL": "error"}
+    s = resolve({"log-level": "warning"}, config_file=str(cfg), environ=env)
+    assert s.broker == "activemq"  # file only
+    assert s.upstream_stomp == Endpoint("env", 2, "u", "p")  # env over file
+    assert s.log_level == "warning"  # flag over env
+    assert s.stomp_listen == Endpoint("0.0.0.0", 7000)
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("broker: activemq\n")
+    assert resolve({}, environ={"JMS_BRIDGE_CONFIG": str(cfg)}).broker == "activemq"
+
+
+def test_amqp_url_with_vhost() -> None:
+    s = resolve({"upstream-amqp": "amqp://guest:gu%40st@127.0.0.1:5672/%2F"}, environ={})
+    assert s.upstream_amqp == Endpoint("127.0.0.1", 5672, "guest", "gu@st", "/")
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"broker": "kafka"}, ["broker", "kafka"]),
+        ({"upstream-stomp": "http://x:1"}, ["upstream-stomp", "stomp://"]),
+        ({"upstream-stomp": "stomp://host"}, ["upstream-stomp", "HOST:PORT"]),
+        ({"upstream-stomp": "stomp://host:99999"}, ["upstream-stomp"]),
+        ({"stomp-listen": "nohost"}, ["stomp-listen", "HOST:PORT"]),
+        ({"admin-listen": "h:0"}, ["admin-listen"]),
+        ({"log-format": "xml"}, ["log-format", "xml"]),
+        ({"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"}, ["only for --broker rabbitmq"]),
+    ],
+)
+def test_bad_values_name_the_setting(flags: dict[str, str], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve(flags, environ={})
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_bad_environment_value_names_the_source() -> None:
+    with pytest.raises(ConfigError, match="environment"):
+        resolve({}, environ={"JMS_BRIDGE_BROKER": "nope"})
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("broker: [unclosed\n", ["line", "column"]),
+        ("- a\n- b\n", ["mapping"]),
+        ("brokr: rabbitmq\n", ["unknown setting", "brokr"]),
+        ("broker: kafka\n", ["kafka"]),
+    ],
+)
+def test_broken_config_files(tmp_path: Path, text: str, words: list[str]) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        resolve({}, config_file=str(cfg), environ={})
+    assert str(cfg) in str(err.value)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        resolve({}, config_file=str(tmp_path / "absent.yaml"), environ={})
