@@ -50,7 +50,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Collection, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 from stomp import Connection12, ConnectionListener  # type: ignore[import-untyped]
@@ -653,13 +653,18 @@ class ActiveMQ:
                 with contextlib.suppress(BrokerUnavailable):
                     self._unsubscribe(sid)
 
-    def take(self, queue: str, header: str, value: str) -> Message | None:
+    def take(
+        self, queue: str, header: str, value: str, then: Callable[[Message], None] | None = None
+    ) -> Message | None:
         """Remove the first message whose ``header`` is ``value``: a selector subscription on
         that header (or, for a header a selector cannot name, on the JMSMessageID found by
-        browsing), ACK what it receives within ``take_wait`` s."""
+        browsing), ACK what it receives within ``take_wait`` s (after ``then``). None also
+        when another consumer holds the message for all of ``take_wait``."""
         self._live()
         held = self.peek(queue) if queue in self._peeks else None  # a head pushed to us
         if held is not None and held.message.headers.get(header) == value:
+            if then is not None:
+                then(held.message)
             self.settle([Move(held)])
             return held.message
         selector = _selector(header, value)
@@ -682,11 +687,14 @@ class ActiveMQ:
             if frame is None:
                 self._live()
                 return None
+            message = _message(frame)
+            if then is not None:
+                then(message)
             rid = self._receipt()
             with self._translate():
                 self._live().ack(frame.headers["ack"], receipt=rid)
             self._await([rid], "ACK")
-            return _message(frame)
+            return message
         finally:
             self._unsubscribe(sid)
 

@@ -126,6 +126,10 @@ class StagingBroker(Protocol):
     def browse(self, queue: str) -> Iterator[Message]:
         """Every message of ``queue`` now, head first, without consuming any (tools only)."""
 
-    def take(self, queue: str, header: str, value: str) -> Message | None:
+    def take(
+        self, queue: str, header: str, value: str, then: Callable[[Message], None] | None = None
+    ) -> Message | None:
         """Remove and return the first message of ``queue`` whose ``header`` equals ``value``;
-        None if there is none (tools: cancel and release now)."""
+        None if there is none, or if another consumer holds it now (tools: cancel and release
+        now). ``then`` is called with the message while it is held and before it is
+        acknowledged: if it raises, the message stays on the queue."""

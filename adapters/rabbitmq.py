@@ -48,7 +48,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -653,9 +653,11 @@ class RabbitMQ:
         finally:
             _close_quietly(ch)
 
-    def take(self, queue: str, header: str, value: str) -> Message | None:
-        """Gets through ``queue`` on a channel of its own, acks the first match and closes the
-        channel, which returns every other message to its place."""
+    def take(
+        self, queue: str, header: str, value: str, then: Callable[[Message], None] | None = None
+    ) -> Message | None:
+        """Gets through ``queue`` on a channel of its own, acks the first match (after
+        ``then``) and closes the channel, which returns every other message to its place."""
         ch, count = self._tool_channel(queue)
         try:
             for _ in range(count):
@@ -665,6 +667,8 @@ class RabbitMQ:
                 tag, props, body = got
                 message = Message(stomp_headers(props), body)
                 if message.headers.get(header) == value:
+                    if then is not None:
+                        then(message)
                     with self._translate():
                         ch.basic_ack(tag)
                     return message

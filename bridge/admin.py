@@ -114,7 +114,11 @@ class Admin:
         message_id = request.match_info["message_id"]
 
         def work(broker: StagingBroker) -> web.Response:
-            if tools.take(broker, self.layout, message_id) is None:
+            try:
+                taken = tools.take(broker, self.layout, message_id)
+            except tools.Busy as busy:
+                return web.json_response({"error": str(busy)}, status=409)
+            if taken is None:
                 return web.json_response({"error": f"no staged message {message_id}"}, status=404)
             if self.staging_stats is not None:
                 self.staging_stats.cancelled += 1
@@ -126,7 +130,11 @@ class Admin:
         message_id = request.match_info["message_id"]
 
         def work(broker: StagingBroker) -> web.Response:
-            if not tools.release_now(broker, self.layout, message_id, name=self.broker):
+            try:
+                released = tools.release_now(broker, self.layout, message_id, name=self.broker)
+            except tools.Busy as busy:
+                return web.json_response({"error": str(busy)}, status=409)
+            if not released:
                 return web.json_response({"error": f"no staged message {message_id}"}, status=404)
             return web.json_response({"released": message_id})
 

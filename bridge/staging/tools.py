@@ -3,7 +3,8 @@
 Staged copies are found by their original message id (``jms-bridge-message-id``, which is
 also their correlation id, as on IBM MQ's staging queue) or by target. A message the engine
 holds at this moment (due within about a second, or at the head of a level queue on ActiveMQ)
-is not visible to these tools until the engine lets it go.
+is not seen on RabbitMQ (a get does not see unacknowledged messages); ActiveMQ lists it, and
+cancel and release wait for the engine to let it go (``PATIENCE_S``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from adapters.base import Message, StagingBroker
+from bridge.errors import BridgeError
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 
@@ -65,13 +67,42 @@ def render(items: list[Row], *, as_json: bool) -> str:
     return "\n".join(lines)
 
 
-def take(broker: StagingBroker, layout: Layout, message_id: str) -> Message | None:
-    """Remove the staged copy of ``message_id`` from whichever staging queue holds it."""
-    for queue in layout.queues:
-        found = broker.take(queue, envelope.MESSAGE_ID, message_id)
-        if found is not None:
-            return found
-    return None
+class Busy(BridgeError):
+    """A staged message the staging engine kept holding for all of the tool's patience."""
+
+
+# How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
+# head to the engine's peek subscription, where it stays until the engine's next look at that
+# level (the engine's recheck, 5 s) unless it is due sooner.
+PATIENCE_S = 8.0
+
+
+def take(
+    broker: StagingBroker,
+    layout: Layout,
+    message_id: str,
+    *,
+    then: Callable[[Message], None] | None = None,
+    patience_s: float = PATIENCE_S,
+) -> Message | None:
+    """Remove the staged copy of ``message_id`` from whichever staging queue holds it, calling
+    ``then`` with it before it is removed. None when no staging queue has it; Busy when one
+    has it but the engine held it for all of ``patience_s``."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        found = find(broker, layout, message_id)
+        if found is None:
+            return None
+        queue, _ = found
+        taken = broker.take(queue, envelope.MESSAGE_ID, message_id, then)
+        if taken is not None:
+            return taken
+        if time.monotonic() >= deadline:
+            raise Busy(
+                f"staged message {message_id} on {queue} is held by the staging engine "
+                f"(being moved or released now); try again"
+            )
+        time.sleep(0.1)
 
 
 def find(broker: StagingBroker, layout: Layout, message_id: str) -> tuple[str, Message] | None:
@@ -83,17 +114,18 @@ def find(broker: StagingBroker, layout: Layout, message_id: str) -> tuple[str, M
     return None
 
 
-def release_now(broker: StagingBroker, layout: Layout, message_id: str, *, name: str) -> bool:
-    """Deliver a staged message to its target now: put the restored message to its target,
-    confirmed, and only then remove the staged copy (a crash in between duplicates, never
-    loses). False when no staging queue has it."""
-    found = find(broker, layout, message_id)
-    if found is None:
-        return False
-    queue, message = found
-    info = envelope.Staged.of(message.headers)
-    now = time.time_ns() // 1_000_000
-    headers = envelope.released_headers(message.headers, broker=name, now_ms=now)
-    broker.publish(info.target, Message(headers, message.body))
-    broker.take(queue, envelope.MESSAGE_ID, message_id)
-    return True
+def release_now(
+    broker: StagingBroker, layout: Layout, message_id: str, *, name: str,
+    patience_s: float = PATIENCE_S,
+) -> bool:
+    """Deliver a staged message to its target now: hold the staged copy, put the restored
+    message to its target (confirmed), and only then remove the staged copy (a crash in
+    between duplicates, never loses). False when no staging queue has it."""
+
+    def deliver(message: Message) -> None:
+        info = envelope.Staged.of(message.headers)
+        now = time.time_ns() // 1_000_000
+        headers = envelope.released_headers(message.headers, broker=name, now_ms=now)
+        broker.publish(info.target, Message(headers, message.body))
+
+    return take(broker, layout, message_id, then=deliver, patience_s=patience_s) is not None

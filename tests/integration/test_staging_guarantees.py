@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import random
 import signal
-import threading
 import time
 from pathlib import Path
 

@@ -161,7 +161,8 @@ def test_heartbeats_flow_both_ways(bridge: BridgeProcess, broker: Broker, queue:
     conn.disconnect()
 
 
-def test_one_mebibyte_body_with_nul_bytes(bridge: BridgeProcess, broker: Broker, queue: str) -> None:
+def test_one_mebibyte_body_with_nul_bytes(bridge: BridgeProcess, broker: Broker,
+                                          queue: str) -> None:
     body = bytes(range(256)) * 4096
     assert len(body) == 1 << 20 and b"\x00" in body
     conn, inbox = _open(bridge, broker, auto_decode=False)

@@ -31,7 +31,7 @@ class RawPeer:
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             return True
         except OSError:
             data = b""

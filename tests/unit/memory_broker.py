@@ -185,17 +185,24 @@ class MemoryBroker:
     def publish(self, destination: str, message: Message) -> None:
         with self._lock:
             self._check()
+            if destination in self.refusals:
+                reason, text = self.refusals[destination]
+                raise PutRefused(0, reason, text, destination)
             self._publish(Move(Held("", message, None), destination, message))
 
     def browse(self, queue: str) -> Iterator[Message]:
         with self._lock:
             return iter([e.message for e in self.queues.get(queue, ())])
 
-    def take(self, queue: str, header: str, value: str) -> Message | None:
+    def take(
+        self, queue: str, header: str, value: str, then: Callable[[Message], None] | None = None
+    ) -> Message | None:
         with self._lock:
             entries = self.queues.get(queue, deque())
             for entry in entries:
                 if entry.message.headers.get(header) == value:
+                    if then is not None:
+                        then(entry.message)
                     entries.remove(entry)
                     return entry.message
             return None

@@ -48,7 +48,10 @@ def test_amqp_url_with_vhost() -> None:
         ({"stomp-listen": "nohost"}, ["stomp-listen", "HOST:PORT"]),
         ({"admin-listen": "h:0"}, ["admin-listen"]),
         ({"log-format": "xml"}, ["log-format", "xml"]),
-        ({"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"}, ["only for --broker rabbitmq"]),
+        (
+            {"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"},
+            ["only for --broker rabbitmq"],
+        ),
     ],
 )
 def test_bad_values_name_the_setting(flags: dict[str, str], words: list[str]) -> None:

@@ -373,7 +373,8 @@ def test_unreadable_staged_messages_go_to_the_invalid_queue() -> None:
     assert {e.message.headers[INVALID_QUEUE] for e in moved} == {LAYOUT.level(12), LAYOUT.ready}
     assert all(INVALID_REASON in e.message.headers for e in moved)
     assert stats.invalid == 2 and list(releases(broker)) == [good]
-    assert len([c for c in sink.calls if c.kwargs["event"] == "unreadable staged message moved"]) == 2
+    unreadable = [c for c in sink.calls if c.kwargs["event"] == "unreadable staged message moved"]
+    assert len(unreadable) == 2
 
 
 def test_a_message_on_the_ready_queue_far_from_due_goes_back_to_its_level() -> None:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.errors import Refused
 from bridge.staging import envelope
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout

@@ -1,0 +1,95 @@
+"""The staged-message tools' cancel and release against the in-memory broker: found wherever the
+message waits, patient with a message the engine holds for a moment, never losing one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from adapters.base import Message
+from bridge.errors import PutRefused
+from bridge.staging import envelope, tools
+from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
+from tests.unit.memory_broker import MemoryBroker
+from tests.unit.test_staging_engine import LAYOUT, T0, TARGET, stage
+
+
+class HeldForAWhile(MemoryBroker):
+    """A broker whose consumer elsewhere (the engine) holds every message for the first
+    ``busy`` takes: browsing sees it, taking it gets nothing, as on ActiveMQ."""
+
+    def __init__(self, busy: int) -> None:
+        super().__init__("activemq")
+        self.busy = busy
+        self.takes = 0
+
+    def take(
+        self, queue: str, header: str, value: str, then: Callable[[Message], None] | None = None
+    ) -> Message | None:
+        self.takes += 1
+        if self.takes <= self.busy:
+            return None
+        return super().take(queue, header, value, then)
+
+
+def staged_count(broker: MemoryBroker) -> int:
+    return sum(1 for _ in tools.rows(broker, LAYOUT))
+
+
+def test_cancel_finds_the_message_on_whichever_level_it_waits() -> None:
+    broker = MemoryBroker()
+    broker.connect()
+    ids = [stage(broker, delay_ms=d, now=T0) for d in (5_000, 3_600_000, 30 * 86_400_000)]
+    taken = tools.take(broker, LAYOUT, ids[1])
+    assert taken is not None and taken.headers[envelope.MESSAGE_ID] == ids[1]
+    assert {r.message_id for r in tools.rows(broker, LAYOUT)} == {ids[0], ids[2]}
+    assert tools.take(broker, LAYOUT, ids[1]) is None
+    assert tools.take(broker, LAYOUT, "ID:never-staged") is None
+
+
+def test_cancel_waits_while_the_engine_holds_the_message() -> None:
+    broker = HeldForAWhile(busy=3)
+    broker.connect()
+    message_id = stage(broker, delay_ms=86_400_000, now=T0)
+    assert tools.take(broker, LAYOUT, message_id, patience_s=5.0) is not None
+    assert broker.takes == 4 and staged_count(broker) == 0
+
+
+def test_cancel_gives_up_with_a_clear_error_and_leaves_the_message_staged() -> None:
+    broker = HeldForAWhile(busy=10**6)
+    broker.connect()
+    message_id = stage(broker, delay_ms=86_400_000, now=T0)
+    with pytest.raises(tools.Busy, match=f"{message_id} .* held by the staging engine"):
+        tools.take(broker, LAYOUT, message_id, patience_s=0.3)
+    assert staged_count(broker) == 1
+
+
+def test_release_now_puts_the_original_to_its_target_then_removes_the_staged_copy() -> None:
+    broker = MemoryBroker()
+    broker.connect()
+    message_id = stage(broker, delay_ms=86_400_000, now=T0, body=b"payload")
+    assert tools.release_now(broker, LAYOUT, message_id, name=broker.name)
+    ((_, destination, message),) = broker.published
+    assert destination == TARGET and message.body == b"payload"
+    assert message.headers["x-app"] == "kept"
+    assert message.headers[envelope.MESSAGE_ID] == message_id
+    assert envelope.TARGET not in message.headers and envelope.DUE not in message.headers
+    assert staged_count(broker) == 0
+
+
+def test_release_now_refused_by_the_target_keeps_the_staged_copy() -> None:
+    broker = MemoryBroker()
+    broker.connect()
+    broker.refuse(TARGET, MQRC_UNKNOWN_OBJECT_NAME, "no such queue")
+    message_id = stage(broker, delay_ms=86_400_000, now=T0)
+    with pytest.raises(PutRefused):
+        tools.release_now(broker, LAYOUT, message_id, name=broker.name)
+    assert staged_count(broker) == 1
+
+
+def test_release_now_of_an_unknown_message_is_false() -> None:
+    broker = MemoryBroker()
+    broker.connect()
+    assert not tools.release_now(broker, LAYOUT, "ID:never-staged", name=broker.name)
+    assert broker.published == []
