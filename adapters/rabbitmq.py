@@ -493,13 +493,14 @@ class RabbitMQ:
             tx = self._tx_channel()
             self._returned.clear()
             sent: list[tuple[str, str, bytes] | None] = []
+            publish = _unflushed(tx).basic_publish  # written all at once by tx_commit
             for move in moves:
                 if move.destination is None or move.message is None:
                     sent.append(None)
                     continue
                 where = route(move.destination)
-                tx.basic_publish(where.exchange, where.routing_key, move.message.body,
-                                 amqp_properties(move.message.headers), mandatory=where.queue)
+                publish(where.exchange, where.routing_key, move.message.body,
+                        amqp_properties(move.message.headers), mandatory=where.queue)
                 sent.append((where.exchange, where.routing_key, move.message.body))
             tx.tx_commit()
             assert self._conn is not None
@@ -516,11 +517,13 @@ class RabbitMQ:
         for returned in self._returned:
             refused = min(refused, next(
                 (i for i, key in enumerate(sent) if key == returned), refused))
-        for move in moves[:refused]:
-            tag = self._tag(move.held).delivery_tag
-            with self._translate():
-                ch.basic_ack(tag, multiple=False)
-            self._holding.pop(tag, None)
+        ack = _unflushed(ch).basic_ack
+        with self._translate():
+            for move in moves[:refused]:
+                tag = self._tag(move.held).delivery_tag
+                ack(tag, multiple=False)
+                self._holding.pop(tag, None)
+            self._conn.process_data_events(0)  # writes the acks
         if refused < len(moves):
             move = moves[refused]
             raise PutRefused(
@@ -693,6 +696,14 @@ class RabbitMQ:
         if not isinstance(held.token, _Tag):
             raise TypeError("not a message held by a RabbitMQ adapter")
         return held.token
+
+
+def _unflushed(ch: BlockingChannel) -> pika.channel.Channel:
+    """The channel under pika's blocking wrapper, which writes to the socket and polls after
+    every publish and ack (most of a batch's cost). Its methods only queue their frames; the
+    wrapper's next blocking call (tx_commit, process_data_events) writes them all at once."""
+    impl: pika.channel.Channel = ch._impl  # type: ignore[attr-defined]
+    return impl
 
 
 def _close_quietly(ch: BlockingChannel) -> None:
