@@ -1,10 +1,10 @@
-"""``jms-bridge run``: the STOMP front-end and the admin endpoints in one asyncio process."""
+"""``jms-bridge run``: the STOMP front-end and the admin endpoints in one asyncio process, and
+the staging engine in a process of its own (``bridge.staging.process``)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
@@ -14,10 +14,10 @@ from bridge.brokers import staging_broker
 from bridge.config import Endpoint, Settings
 from bridge.errors import BrokerUnavailable, ConfigError
 from bridge.metrics import Metrics
-from bridge.staging.engine import Engine
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
-from bridge.staging.stats import StagingStats
+from bridge.staging.process import EngineProcess
+from bridge.staging.stats import StagingStats, shared_slots
 from bridge.stomp.server import StompServer
 from policies.delay import DelayConfig
 
@@ -62,25 +62,6 @@ def delay_config(settings: Settings) -> DelayConfig:
     )
 
 
-class EngineThread:
-    """The staging engine in a thread of its own: its adapter is blocking."""
-
-    def __init__(self, settings: Settings, layout: Layout, stats: StagingStats) -> None:
-        self.stop = threading.Event()
-        self.engine = Engine(staging_broker(settings), layout, stats=stats)
-        stats.pending = self.engine.pending
-        self.thread = threading.Thread(
-            target=self.engine.run, args=(self.stop,), name="staging-engine", daemon=True
-        )
-
-    def start(self) -> None:
-        self.thread.start()
-
-    async def close(self, grace: float = 10.0) -> None:
-        self.stop.set()
-        await asyncio.get_running_loop().run_in_executor(None, self.thread.join, grace)
-
-
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     log = logs.get("bridge")
     loop = asyncio.get_running_loop()
@@ -89,7 +70,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     layout = Layout(settings.staging_prefix)
     await loop.run_in_executor(None, _prepare_staging, settings, layout)
     metrics = Metrics()
-    staging = StagingStats()
+    staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
     interceptor = DelayInterceptor(
         broker=settings.broker, config=config, layout=layout, on_staged=staging.on_staged
@@ -111,9 +92,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
 
-    engine = EngineThread(settings, layout, staging) if settings.staging_engine else None
+    engine = EngineProcess(settings, layout, staging) if settings.staging_engine else None
+    watching: asyncio.Task[None] | None = None
     if engine is not None:
+        staging.pending = lambda: staging.pending_count
         engine.start()
+        watching = asyncio.create_task(engine.watch())
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -129,7 +113,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     await stop.wait()
     log.info("shutting down", open=len(stomp.links))
     await stomp.shutdown()
-    if engine is not None:
+    if engine is not None and watching is not None:
+        watching.cancel()
         await engine.close()
     await admin.stop()
     log.info("stopped")

@@ -28,11 +28,11 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from structlog.typing import FilteringBoundLogger
 
@@ -69,6 +69,14 @@ PENDING_RETRY_MAX_MS = 3_600_000
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class Stop(Protocol):
+    """What ``run`` needs of its stop signal (a threading or multiprocessing Event)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class _Kind(Enum):
@@ -148,7 +156,6 @@ class Engine:
         self._ready_dest = ""
         self._invalid_dest = ""
         self._undeliverable_dest = ""
-        self._pending_count: int | None = None  # read by the metrics collector's thread
         self._pending_at = 0  # when to count again
         self._pending_failed = 0
         self._heap: list[tuple[int, int, Held, Staged]] = []  # (due, seq, held, staged)
@@ -162,7 +169,7 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Stop) -> None:
         """Move and release until ``stop`` is set; survives the broker going away."""
         self.log.info("staging engine started", ready_prefetch=self.ready_prefetch,
                       batch=self.batch)
@@ -213,16 +220,16 @@ class Engine:
     def pending(self) -> int | None:
         """Messages on the staging queues (levels and ready) as last counted; None until
         counted or when the broker could not say. Safe from any thread."""
-        return self._pending_count
+        return self.stats.pending_count
 
     def _count_pending(self, now_ms: int) -> None:
         """Ask the broker for the staging queues' depths, at most every PENDING_EVERY_MS."""
         try:
-            self._pending_count = sum(self.broker.depth(q) for q in self.layout.queues)
+            self.stats.pending_count = sum(self.broker.depth(q) for q in self.layout.queues)
         except BrokerUnavailable as error:
             # A broker that cannot say costs the release loop a wait each time: ask ever less
             # often, from a minute up to an hour.
-            self._pending_count = None
+            self.stats.pending_count = None
             retry_ms = min(PENDING_RETRY_MAX_MS, PENDING_RETRY_MS << self._pending_failed)
             self._pending_at = now_ms + retry_ms
             if not self._pending_failed:
@@ -278,7 +285,7 @@ class Engine:
         for buffer in self._buffers.values():
             buffer.clear()
 
-    def _wait(self, seconds: float, stop: threading.Event) -> None:
+    def _wait(self, seconds: float, stop: Stop) -> None:
         """Wait in ``poll`` while connected: it returns early when a ready message arrives and
         keeps the connection serviced."""
         if self._connected:

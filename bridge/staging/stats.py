@@ -1,15 +1,21 @@
 """Counters of the staging engine, exposed to Prometheus by a collector.
 
-The engine bumps plain ints from its one thread (a labelled prometheus counter takes a lock per
-``inc()``); the collector turns them into metric families when ``/metrics`` is scraped, as
-``bridge.metrics`` does for the relay. Lateness is kept in ms, the unit the engine works in, and
-exposed in seconds, Prometheus's base unit.
+The engine bumps plain ints (a labelled prometheus counter takes a lock per ``inc()``); the
+collector turns them into metric families when ``/metrics`` is scraped, as ``bridge.metrics``
+does for the relay. Lateness is kept in ms, the unit the engine works in, and exposed in
+seconds, Prometheus's base unit.
+
+The engine runs in a process of its own (``bridge.staging.process``), so what it counts lives in
+``slots``: a list, or a block of shared memory (``shared_slots()``) that the engine process
+writes and the bridge's collector reads. Each slot has one writer.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+import multiprocessing.sharedctypes
+from collections.abc import Callable, Iterator, MutableSequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -28,31 +34,87 @@ LATENESS_BUCKETS_MS: tuple[int, ...] = (
 Metric = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
 
 
+# The engine's numbers, in this order in ``slots``; then the lateness bucket counts.
+ENGINE_FIELDS = (
+    "released", "expired", "invalid", "undeliverable", "hops", "reconnects", "lateness_sum_ms",
+    "pending_count",  # pending messages as last counted by the engine; -1 = unknown
+)
+LATENESS_SLOT = len(ENGINE_FIELDS)
+SLOTS = LATENESS_SLOT + len(LATENESS_BUCKETS_MS) + 1  # the last bucket: above the top bound
+
+
+def shared_slots() -> MutableSequence[int]:
+    """Slots in shared memory, zeroed: handed to the engine process when it is started."""
+    slots: MutableSequence[int] = multiprocessing.sharedctypes.RawArray("q", SLOTS)
+    slots[ENGINE_FIELDS.index("pending_count")] = -1
+    return slots
+
+
+class _Slot:
+    """An int attribute kept in the owner's ``slots``."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, owner: Any, _type: type | None = None) -> int:
+        return int(owner.slots[self.index])
+
+    def __set__(self, owner: Any, value: int) -> None:
+        owner.slots[self.index] = value
+
+
 class StagingStats:
     """What happened to staged messages; each field has a single writer."""
 
-    def __init__(self, pending: Callable[[], int | None] | None = None) -> None:
+    released = _Slot(0)
+    expired = _Slot(1)
+    invalid = _Slot(2)
+    undeliverable = _Slot(3)  # releases the broker refused, moved to <prefix>.undeliverable
+    hops = _Slot(4)
+    reconnects = _Slot(5)
+    lateness_sum_ms = _Slot(6)
+    _pending_count = _Slot(7)
+
+    def __init__(
+        self,
+        pending: Callable[[], int | None] | None = None,
+        *,
+        slots: MutableSequence[int] | None = None,
+    ) -> None:
+        if slots is None:
+            slots = [0] * SLOTS
+            slots[ENGINE_FIELDS.index("pending_count")] = -1
+        if len(slots) != SLOTS:
+            raise ValueError(f"staging stats need {SLOTS} slots, not {len(slots)}")
+        self.slots = slots
         self.staged = 0  # by the interceptor (``on_staged``), not by the engine
-        self.released = 0
-        self.expired = 0
         self.cancelled = 0  # by the operator tools
-        self.invalid = 0
-        self.undeliverable = 0  # releases the broker refused, moved to <prefix>.undeliverable
-        self.hops = 0
-        self.reconnects = 0
-        # Pending messages as last counted by whoever owns the broker connection (the engine
-        # thread, every few seconds): a scrape only reads the number. None = unknown.
+        # Pending messages as the scrape sees them: a hook that only reads a number (the engine
+        # counts every few seconds), or None for no gauge at all (no engine).
         self.pending = pending
-        self.lateness_counts = [0] * (len(LATENESS_BUCKETS_MS) + 1)  # last = above the top
-        self.lateness_sum_ms = 0
+
+    @property
+    def pending_count(self) -> int | None:
+        """Pending messages as the engine last counted them; None = unknown."""
+        value = self._pending_count
+        return None if value < 0 else value
+
+    @pending_count.setter
+    def pending_count(self, value: int | None) -> None:
+        self._pending_count = -1 if value is None else value
 
     def on_staged(self, queue: str) -> None:
         """The interceptor's ``on_staged`` hook."""
         self.staged += 1
 
     def observe_lateness(self, late_ms: int) -> None:
-        self.lateness_counts[bisect.bisect_left(LATENESS_BUCKETS_MS, late_ms)] += 1
+        self.slots[LATENESS_SLOT + bisect.bisect_left(LATENESS_BUCKETS_MS, late_ms)] += 1
         self.lateness_sum_ms += late_ms
+
+    @property
+    def lateness_counts(self) -> list[int]:
+        """A snapshot of the lateness bucket counts, the last one above the top bound."""
+        return list(self.slots[LATENESS_SLOT:SLOTS])
 
     @property
     def lateness_count(self) -> int:
@@ -102,7 +164,7 @@ class _StagingCollector(Collector):
              s.reconnects),
         ):
             yield CounterMetricFamily(name, doc, value=value)
-        counts = list(s.lateness_counts)  # a snapshot: the engine thread keeps counting
+        counts = s.lateness_counts  # a snapshot: the engine keeps counting
         cumulative = 0
         buckets: list[tuple[str, float]] = []
         for bound, n in zip((*LATENESS_BUCKETS_MS, None), counts, strict=True):

@@ -19,11 +19,34 @@ from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the bridge and its staging engine process)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, ()))
+    return found
+
+
 def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    """Resident memory of the bridge's process tree."""
+    total = 0
+    for p in tree(pid):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)
+    return total
 
 
 def management(broker: Broker, path: str) -> dict:  # type: ignore[type-arg]

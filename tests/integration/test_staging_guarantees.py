@@ -4,6 +4,8 @@ delivery with two bridges, memory flat in the number pending, nothing held unack
 from __future__ import annotations
 
 import collections
+import json
+import os
 import random
 import signal
 import time
@@ -12,9 +14,10 @@ from pathlib import Path
 import pika
 import pytest
 
+from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 from tests.integration.clients import connect
-from tests.integration.staging_util import private_bridges, rss_kb
+from tests.integration.staging_util import private_bridges, rss_kb, tree
 
 
 def now_ms() -> int:
@@ -86,6 +89,58 @@ def test_no_loss_when_the_bridge_is_killed_twice(broker: Broker, tmp_path: Path,
     assert not missing, f"{len(missing)} messages lost: {missing[:10]}"
     assert not arrivals.early, f"released early: {arrivals.early[:10]}"
     assert duplicates <= in_flight
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def engine_pids(bridge: BridgeProcess) -> list[int]:
+    return [json.loads(line)["pid"] for line in bridge.log().splitlines()
+            if '"staging engine process started"' in line]
+
+
+def test_a_killed_engine_process_is_replaced_and_nothing_is_lost(broker: Broker, tmp_path: Path,
+                                                                 queue: str) -> None:
+    dest = broker.queue_destination(queue)
+    rng = random.Random(5)
+    delays = [rng.randint(500, 3000) for _ in range(200)]
+    with private_bridges(broker, tmp_path) as (_, (bridge,)):
+        assert bridge.proc is not None
+        (first,) = engine_pids(bridge)
+        assert first in tree(bridge.proc.pid)
+        arrivals = Arrivals(broker, dest)
+        due = send_delayed(bridge.stomp_port, broker, dest, delays)
+        arrivals.collect(time.monotonic() + 1.0)
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while len(engine_pids(bridge)) < 2 and time.monotonic() < deadline:
+            arrivals.collect(time.monotonic() + 0.2)
+        pids = engine_pids(bridge)
+        assert len(pids) == 2 and pids[1] != first, bridge.log()[-2000:]
+        assert "staging engine process exited; starting another" in bridge.log()
+        arrivals.collect(time.monotonic() + 6.0)
+        arrivals.close()
+        assert bridge.proc.poll() is None, "the bridge itself kept running"
+    missing = [s for s in due if arrivals.seen[s] == 0]
+    assert not missing, f"{len(missing)} messages lost: {missing[:10]}"
+    assert not arrivals.early
+
+
+def test_the_engine_process_goes_with_a_killed_bridge(broker: Broker, tmp_path: Path) -> None:
+    with private_bridges(broker, tmp_path) as (_, (bridge,)):
+        assert bridge.proc is not None
+        (engine,) = engine_pids(bridge)
+        bridge.proc.send_signal(signal.SIGKILL)
+        bridge.proc.wait()
+        deadline = time.monotonic() + 5
+        while running(engine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(engine), "the engine outlived the bridge"
 
 
 def test_two_bridges_deliver_each_message_once(broker: Broker, tmp_path: Path,
