@@ -113,8 +113,9 @@ class StagingBroker(Protocol):
         On PutRefused(index, reason, text) the broker refused to put ``moves[index]``'s message:
         ``moves[:index]`` are done (published and acknowledged), ``moves[index:]`` are not and
         their messages are still held by this adapter (RabbitMQ: only the publishing channel was
-        closed, and is reopened; ActiveMQ: the STOMP transaction is aborted, which leaves the
-        acks undone and the messages held, and ``moves[:index]`` are redone in a new one)."""
+        closed, and is reopened), except the moves after ``index`` listed in its ``also_done``,
+        which are done too (ActiveMQ: every SEND has its own receipt, and only the refused ones
+        are not acknowledged)."""
 
     def depth(self, queue: str) -> int:
         """How many messages ``queue`` has, those held by consumers (this adapter included)

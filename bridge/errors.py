@@ -49,16 +49,21 @@ class Refused(BridgeError):
 class PutRefused(BridgeError):
     """The broker refused to put one message of a ``settle``: ``index`` says which move.
 
-    The connection is fine: moves before ``index`` are done, the refused one and those after it
-    are not (their held messages are still held). Raised instead of BrokerUnavailable so that
-    one bad target cannot stall everything else."""
+    The connection is fine: moves before ``index`` are done, and so are those after it listed
+    in ``also_done`` (an adapter that knows which of its pipelined puts went through); the
+    refused one and the other moves after it are not (their held messages are still held).
+    Raised instead of BrokerUnavailable so that one bad target cannot stall everything else."""
 
-    def __init__(self, index: int, reason: Reason, text: str, destination: str = "") -> None:
+    def __init__(
+        self, index: int, reason: Reason, text: str, destination: str = "",
+        also_done: tuple[int, ...] = (),
+    ) -> None:
         super().__init__(f"{reason.name} ({reason.code}): {destination}: {text}")
         self.index = index
         self.reason = reason
         self.text = text
         self.destination = destination
+        self.also_done = also_done
 
     def at(self, index: int) -> PutRefused:
         """The same refusal for move ``index`` of a larger settle."""

@@ -477,13 +477,16 @@ class Engine:
                 self.broker.settle([w.move for w in work])
                 break
             except PutRefused as refused:
-                done, bad = work[:refused.index], work[refused.index]
+                index, also = refused.index, set(refused.also_done)
+                done = [*work[:index], *(work[i] for i in sorted(also))]
+                bad = work[index]
                 self._record(done, max(now_ms, self.clock()))
                 if bad.kind is not _Kind.RELEASE:
                     raise BrokerUnavailable(
                         f"a staging queue refused a {bad.kind.value} move: {refused}"
                     ) from refused
-                work = [self._undeliverable(bad, refused, now_ms), *work[refused.index + 1:]]
+                rest = [w for i, w in enumerate(work) if i > index and i not in also]
+                work = [self._undeliverable(bad, refused, now_ms), *rest]
         if not work:
             return
         self._failures = 0

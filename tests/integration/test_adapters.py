@@ -288,7 +288,8 @@ def test_settle_cut_off_mid_way_duplicates_and_never_loses(
             monkeypatch.setattr(cut, "_publish", publish_then_die)
         else:
             assert isinstance(cut, ActiveMQ) and cut._conn is not None
-            monkeypatch.setattr(cut._conn, "commit", lambda *a, **k: proxy.cut())
+            # The SEND's receipt is in; the ACK never leaves.
+            monkeypatch.setattr(cut._conn, "ack", lambda *a, **k: proxy.cut())
         with contextlib.suppress(BrokerUnavailable):
             cut.settle([Move(held, cut.client_destination(target), held.message)])
             cut.peek(source)  # notices the cut if settle did not
@@ -306,8 +307,7 @@ def test_settle_cut_off_mid_way_duplicates_and_never_loses(
     finally:
         check.close()
     assert [m.body for m in in_source] == [b"m0"]  # never lost
-    # RabbitMQ: confirmed before the ack was lost, so a duplicate; ActiveMQ: one transaction
-    assert [m.body for m in in_target] == ([b"m0"] if broker.name == "rabbitmq" else [])
+    assert [m.body for m in in_target] == [b"m0"]  # confirmed before the ack was lost: twice
 
 
 def test_subscribe_and_poll_respect_the_prefetch(
@@ -528,3 +528,26 @@ def test_activemq_a_move_keeps_a_text_message_text(
     text, binary = _receive(broker, f"/queue/{target}", 2)
     assert text.body == b"plain text" and "content-length" not in text.headers
     assert binary.body == b"by\0tes" and binary.headers["content-length"] == "6"
+
+
+@only("activemq")
+def test_activemq_a_refused_send_mid_batch_leaves_only_it_held(
+    adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    source, target = names(), names()
+    adapter.ensure_queues([source, target])
+    _fill(adapter, source, 3)
+    adapter.subscribe(source, 10)
+    held: list[Held] = []
+    deadline = time.monotonic() + 3
+    while len(held) < 3 and time.monotonic() < deadline:
+        held += adapter.poll(0.1)
+    gone = f"/remote-temp-queue/ID:jbt-gone-{uuid.uuid4().hex[:12]}-1:1:1"
+    to = [adapter.client_destination(target), gone, adapter.client_destination(target)]
+    with pytest.raises(PutRefused) as refused:
+        adapter.settle([Move(h, d, h.message) for h, d in zip(held, to, strict=True)])
+    assert refused.value.index == 1 and refused.value.also_done == (2,)
+    assert refused.value.reason.name == "MQRC_UNKNOWN_OBJECT_NAME"
+    assert sorted(m.body for m in adapter.browse(target)) == [b"m0", b"m2"]
+    adapter.settle([Move(held[1])])  # still held, and still ours to settle
+    assert list(adapter.browse(source)) == []

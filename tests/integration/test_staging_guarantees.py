@@ -99,9 +99,16 @@ def running(pid: int) -> bool:
         return False
 
 
-def engine_pids(bridge: BridgeProcess) -> list[int]:
-    return [json.loads(line)["pid"] for line in bridge.log().splitlines()
-            if '"staging engine process started"' in line]
+def engine_pids(bridge: BridgeProcess, at_least: int = 1, within: float = 10.0) -> list[int]:
+    """The pids of the engine processes the bridge has started, as its log says (the port
+    answers a moment before the engine is started)."""
+    deadline = time.monotonic() + within
+    while True:
+        pids = [json.loads(line)["pid"] for line in bridge.log().splitlines()
+                if '"staging engine process started"' in line]
+        if len(pids) >= at_least or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
 
 
 def test_a_killed_engine_process_is_replaced_and_nothing_is_lost(broker: Broker, tmp_path: Path,
@@ -118,9 +125,9 @@ def test_a_killed_engine_process_is_replaced_and_nothing_is_lost(broker: Broker,
         arrivals.collect(time.monotonic() + 1.0)
         os.kill(first, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while len(engine_pids(bridge)) < 2 and time.monotonic() < deadline:
+        while len(engine_pids(bridge, within=0)) < 2 and time.monotonic() < deadline:
             arrivals.collect(time.monotonic() + 0.2)
-        pids = engine_pids(bridge)
+        pids = engine_pids(bridge, within=0)
         assert len(pids) == 2 and pids[1] != first, bridge.log()[-2000:]
         assert "staging engine process exited; starting another" in bridge.log()
         arrivals.collect(time.monotonic() + 6.0)

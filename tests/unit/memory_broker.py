@@ -5,7 +5,8 @@ and a lost connection gives everything held back at its old place, as a broker r
 ``name`` picks the peek semantics the adapters have: "rabbitmq" (a second peek returns the next
 message) or "activemq" (it returns the same head). Everything the engine publishes is recorded
 with the test clock's time, and faults are injected on demand, including a broker that refuses
-puts to a destination (``refuse``: settle raises PutRefused for that move, as the adapters do).
+puts to a destination (``refuse``: settle raises PutRefused for that move, as the adapters do:
+"rabbitmq" stops there, "activemq" does the other moves and lists them in ``also_done``).
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ class MemoryBroker:
             self._check()
             self.settles += 1
             fail, self._fail_settle = self._fail_settle, None
+            refused: PutRefused | None = None
+            also_done: list[int] = []
             for i, move in enumerate(moves):
                 if fail is not None and i == fail[0]:
                     if fail[1] and move.destination is not None:
@@ -174,13 +177,22 @@ class MemoryBroker:
                     self._lose()
                     raise BrokerUnavailable("memory broker: connection reset during settle")
                 if move.destination in self.refusals:
-                    reason, text = self.refusals[move.destination]
-                    raise PutRefused(i, reason, text, move.destination)
+                    if refused is None:
+                        reason, text = self.refusals[move.destination]
+                        refused = PutRefused(i, reason, text, move.destination)
+                    if self.name == "rabbitmq":  # one transaction: the rest is not done
+                        raise refused
+                    continue  # ActiveMQ: each put on its own, the others go through
                 if move.destination is not None:
                     self._publish(move)
                 holding = self._held.pop(self._token(move.held))
                 if holding.subscribed:
                     self._sub_held[holding.held.queue] -= 1
+                if refused is not None:
+                    also_done.append(i)
+            if refused is not None:
+                refused.also_done = tuple(also_done)
+                raise refused
 
     def publish(self, destination: str, message: Message) -> None:
         with self._lock:
