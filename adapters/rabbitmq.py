@@ -63,6 +63,7 @@ from bridge.errors import BrokerUnavailable, PutRefused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,
+    MQRC_PROPERTY_VALUE_BAD,
     MQRC_Q_FULL,
     MQRC_UNEXPECTED_ERROR,
     MQRC_UNKNOWN_OBJECT_NAME,
@@ -112,7 +113,12 @@ def amqp_properties(headers: Mapping[str, str]) -> pika.BasicProperties:
     props = pika.BasicProperties()
     for header, attr in STRING_PROPERTIES:
         if header in headers:
-            setattr(props, attr, headers[header])
+            value = headers[header]
+            if len(value.encode()) > 255:
+                # An AMQP short string: pika would send it, and the broker close the connection
+                # (INTERNAL_ERROR, content_properties_shortstr_overflow) over this one message.
+                raise ValueError(f"{header} is longer than 255 bytes ({value[:40]!r}...)")
+            setattr(props, attr, value)
     if props.reply_to is not None and props.reply_to.startswith(REPLY_QUEUE):
         # The plugin prefixes a bare reply queue name on the way out; undo it on the way in
         # so an AMQP consumer still sees the queue name a /temp-queue/ reply-to stored.
@@ -489,6 +495,10 @@ class RabbitMQ:
                 where = route(move.destination)
                 if where.declare and where.routing_key not in self._declared:
                     return False
+                try:
+                    amqp_properties(move.message.headers if move.message else {})
+                except ValueError:
+                    return False  # one by one, where that move is refused on its own
         try:
             tx = self._tx_channel()
             self._returned.clear()
@@ -554,7 +564,11 @@ class RabbitMQ:
 
     def _put(self, destination: str, message: Message) -> None:
         where = route(destination)
-        props = amqp_properties(message.headers)
+        try:
+            props = amqp_properties(message.headers)
+        except ValueError as bad:
+            # This message cannot be put anywhere as it is: its refusal, not an outage.
+            raise PutRefused(0, MQRC_PROPERTY_VALUE_BAD, str(bad), destination) from None
         if where.declare and where.routing_key not in self._declared:
             self._declare_target(where.routing_key, message.headers, destination)
         try:

@@ -43,12 +43,13 @@ from bridge.staging.envelope import (
     FRAME_ONLY,
     PREFIX,
     Staged,
+    as_plain_headers,
     hop_headers,
     released_headers,
 )
 from bridge.staging.levels import MIN_LEVEL, Layout
 from bridge.staging.stats import StagingStats
-from policies.reasons import MQFB_EXPIRATION
+from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD
 
 HORIZON_MS = 1 << MIN_LEVEL
 # Levels whose dwell is at most this are consumed with a prefetch, their heads held in memory
@@ -444,9 +445,12 @@ class Engine:
 
     # -- settling ---------------------------------------------------------------------------
 
-    def _invalid(self, held: Held, error: Exception) -> _Work:
-        """An unreadable staged message is kept for a person to look at, not dropped."""
+    def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> _Work:
+        """An unreadable staged message is kept for a person to look at, not dropped (with
+        ``plain``, its property headers as plain ones: the broker refused one of them)."""
         headers = {n: v for n, v in held.message.headers.items() if n not in FRAME_ONLY}
+        if plain:
+            headers = as_plain_headers(headers)
         headers[INVALID_REASON] = f"{type(error).__name__}: {error}"
         headers[INVALID_QUEUE] = held.queue
         move = Move(held, self._invalid_dest, Message(headers, held.message.body))
@@ -459,6 +463,8 @@ class Engine:
         its report options say and sends an exception report (MQRO_EXCEPTION*). Reports and
         MQRO_DISCARD_MSG are not done here yet: every such message is kept, for an operator."""
         headers = {n: v for n, v in w.move.held.message.headers.items() if n not in FRAME_ONLY}
+        if refused.reason is MQRC_PROPERTY_VALUE_BAD:
+            headers = as_plain_headers(headers)
         headers[REASON] = refused.reason.name
         headers[REASON_CODE] = str(refused.reason.code)
         headers[REASON_TEXT] = refused.text
@@ -481,12 +487,17 @@ class Engine:
                 done = [*work[:index], *(work[i] for i in sorted(also))]
                 bad = work[index]
                 self._record(done, max(now_ms, self.clock()))
-                if bad.kind is not _Kind.RELEASE:
+                rest = [w for i, w in enumerate(work) if i > index and i not in also]
+                if bad.kind is _Kind.RELEASE:
+                    work = [self._undeliverable(bad, refused, now_ms), *rest]
+                elif bad.kind is _Kind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
+                    # The message itself cannot be put (it would fail at every reconnect and
+                    # stall the engine): kept on the invalid queue for an operator.
+                    work = [self._invalid(bad.move.held, refused, plain=True), *rest]
+                else:
                     raise BrokerUnavailable(
                         f"a staging queue refused a {bad.kind.value} move: {refused}"
                     ) from refused
-                rest = [w for i, w in enumerate(work) if i > index and i not in also]
-                work = [self._undeliverable(bad, refused, now_ms), *rest]
         if not work:
             return
         self._failures = 0

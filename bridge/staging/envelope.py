@@ -35,6 +35,35 @@ STAGING_DESTINATION = {"rabbitmq": "/amq/queue/{}", "activemq": "/queue/{}"}
 FRAME_ONLY = frozenset({"receipt", "transaction", "content-length", "destination"})
 
 
+# STOMP headers that brokers map to message properties of fixed types and sizes (AMQP short
+# strings, octets): a value the broker cannot take makes the whole message unputtable.
+PROPERTY_HEADERS = frozenset({
+    "message-id", "amqp-message-id", "correlation-id", "reply-to", "content-type",
+    "content-encoding", "type", "user-id", "app-id", "priority", "expiration", "expires",
+    "persistent", "timestamp",
+})
+ORIGINAL = PREFIX + "original-"  # a property header kept as a plain header, for an operator
+# Per broker: headers its STOMP front door takes at any length but its AMQP side carries as short
+# strings (at most 255 bytes). RabbitMQ stores a longer one, then closes every AMQP connection it
+# tries to deliver the message to (content_properties_shortstr_overflow): a staged copy like that
+# could never be released, so a delayed SEND carrying one is refused.
+SHORT_STRING_HEADERS: dict[str, tuple[str, ...]] = {
+    "rabbitmq": ("amqp-message-id", "correlation-id", "reply-to", "content-type",
+                 "content-encoding", "type", "user-id", "app-id", "expiration"),
+    "activemq": (),
+}
+SHORT_STRING_BYTES = 255
+
+
+def as_plain_headers(headers: dict[str, str]) -> dict[str, str]:
+    """A copy whose property headers become plain ones (``jms-bridge-original-<name>``): what a
+    message the broker refused for a property value can still be kept as."""
+    return {
+        (ORIGINAL + name if name in PROPERTY_HEADERS else name): value
+        for name, value in headers.items()
+    }
+
+
 def new_message_id() -> str:
     return f"ID:jms-bridge-{uuid.uuid4().hex}"
 

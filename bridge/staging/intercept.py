@@ -12,12 +12,17 @@ import time
 from collections.abc import Callable
 
 from bridge.errors import Refused
-from bridge.staging.envelope import STAGING_DESTINATION, staged_headers
+from bridge.staging.envelope import (
+    SHORT_STRING_BYTES,
+    SHORT_STRING_HEADERS,
+    STAGING_DESTINATION,
+    staged_headers,
+)
 from bridge.staging.levels import Layout
 from bridge.stomp import Frame, serialize
 from bridge.stomp.session import Session
 from policies.delay import DelayConfig, delay_of
-from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_OPTIONS_ERROR
+from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_OPTIONS_ERROR, MQRC_PROPERTY_VALUE_BAD
 
 # Destinations whose messages cannot wait on a shared staging queue and come back.
 UNSTAGEABLE = ("/temp-queue/", "/temp-topic/", "/reply-queue/")
@@ -52,6 +57,7 @@ class DelayInterceptor:
         # case then costs a few substring searches and no header decoding.
         self._needles = tuple(b"\n" + name.encode() + b":" for name in self._drop)
         self._staging = STAGING_DESTINATION[broker]
+        self._short = SHORT_STRING_HEADERS[broker]
 
     def client_frame(self, frame: Frame, session: Session) -> bytes:
         raw = frame.raw
@@ -93,6 +99,14 @@ class DelayInterceptor:
                 MQRC_OPTIONS_ERROR,
                 f"delivery delay is not supported for temporary destination {destination}",
             )
+        for name in self._short:
+            size = len(headers.get(name, "").encode())
+            if size > SHORT_STRING_BYTES:
+                raise Refused(
+                    MQRC_PROPERTY_VALUE_BAD,
+                    f"{name} is {size} bytes; a delayed message on {self.broker} can carry "
+                    f"at most {SHORT_STRING_BYTES}",
+                )
         queue = self.layout.queue_for(delayed.due_ms - now)
         staged = staged_headers(
             frame.headers,

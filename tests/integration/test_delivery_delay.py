@@ -107,6 +107,27 @@ def test_refused_delays_reach_the_client_and_nothing_is_delivered(
     watcher.disconnect()
 
 
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_rabbitmq_refuses_a_delayed_send_it_could_never_deliver(
+    bridge: BridgeProcess, broker: Broker, queue: str
+) -> None:
+    """RabbitMQ's STOMP side stores a content-type of 300 bytes, then closes every AMQP
+    connection it tries to deliver that message to: staged, it would stall every release."""
+    dest = broker.queue_destination(queue)
+    conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "never", headers={"x-delay": "300", "content-type": "c" * 300,
+                                      "receipt": "r-1"})
+    error = inbox.wait_error(10)
+    assert error is not None and error.headers["reason-code"] == "2473"
+    assert error.headers["message"].startswith("MQRC_PROPERTY_VALUE_BAD")
+    watcher, wbox = connect(bridge.stomp_port, broker.user, broker.password)
+    watcher.subscribe(dest, id="w", ack="auto")
+    watcher.send(dest, "fine", headers={"x-delay": "300"})
+    got = wbox.take(1, timeout=10)
+    watcher.disconnect()
+    assert [m.body for m in got] == ["fine"]
+
+
 def test_delayed_send_in_a_transaction(bridge: BridgeProcess, broker: Broker, queue: str) -> None:
     dest = broker.queue_destination(queue)
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)

@@ -580,3 +580,35 @@ def test_pending_counts_the_staging_queues_at_most_every_5_s() -> None:
     registry = CollectorRegistry()
     stats.register(registry)
     assert "jms_bridge_staging_pending 2.0" in generate_latest(registry).decode()
+
+
+def test_a_message_refused_for_a_property_value_is_kept_with_plain_headers() -> None:
+    """Release refused for the message itself: on the undeliverable queue, its property headers
+    turned plain (the same headers would be refused there too); a hop refused that way: on the
+    invalid queue. Neither stalls the engine or costs a reconnect."""
+    from policies.reasons import MQRC_PROPERTY_VALUE_BAD
+
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, stats, _ = engine_for(broker, clock)
+    bad_target = "/queue/picky"
+    broker.refuse(bad_target, MQRC_PROPERTY_VALUE_BAD, "type is longer than 255 bytes")
+    refused = stage(broker, delay_ms=2_000, now=T0, target=bad_target)
+    broker.refuse(broker.client_destination(LAYOUT.queue_for(1_500)), MQRC_PROPERTY_VALUE_BAD,
+                  "content-type is longer than 255 bytes")
+    stuck = stage(broker, delay_ms=3_500, now=T0)  # L11, then a hop to L10: refused
+    good = stage(broker, delay_ms=2_500, now=T0)  # L11, then held for release: no hop
+    drive(engine, clock, T0 + 4_000)
+
+    assert releases(broker) == {good: [T0 + 2_500]}
+    [dead] = broker.queues[f"{LAYOUT.prefix}.undeliverable"]
+    assert dead.message.headers[envelope.MESSAGE_ID] == refused
+    assert dead.message.headers["jms-bridge-reason"] == "MQRC_PROPERTY_VALUE_BAD"
+    assert dead.message.headers["jms-bridge-original-correlation-id"] == refused  # as staged
+    assert "jms-bridge-original-amqp-message-id" in dead.message.headers
+    assert not {"amqp-message-id", "correlation-id"} & set(dead.message.headers)
+    [invalid] = broker.queues[f"{LAYOUT.prefix}.invalid"]
+    assert invalid.message.headers[envelope.MESSAGE_ID] == stuck
+    assert "MQRC_PROPERTY_VALUE_BAD" in invalid.message.headers[INVALID_REASON]
+    assert stats.reconnects == 0 and broker.connects == 1
+    assert stats.undeliverable == 1 and stats.invalid == 1 and stats.released == 1

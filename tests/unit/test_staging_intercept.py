@@ -189,3 +189,24 @@ def test_only_staging_queues_are_closed_to_clients(destination: str, owned: bool
     s = connected(interceptor())
     out = s.from_client(send([("destination", destination), ("x-plain", "1")]))
     assert (out.close is not None) is owned
+
+
+@pytest.mark.parametrize("name", ["amqp-message-id", "correlation-id", "content-type", "type"])
+def test_rabbitmq_short_string_headers_longer_than_255_bytes_are_refused(name: str) -> None:
+    s = connected(interceptor("rabbitmq"))
+    at_limit = "é" * 127 + "x"  # 255 bytes
+    assert s.from_client(send([("destination", "/queue/a"), ("x-delay", "10"),
+                               (name, at_limit)])).close is None
+    out = s.from_client(send([("destination", "/queue/a"), ("x-delay", "10"),
+                              (name, at_limit + "x")]))
+    assert out.to_broker == [] and out.close is not None
+    error = out.to_client[0]
+    assert b"MQRC_PROPERTY_VALUE_BAD" in error and b"reason-code:2473" in error
+    assert f"{name} is 256 bytes".encode() in out.to_client[0]
+
+
+def test_activemq_takes_long_property_headers_on_a_delayed_send() -> None:
+    s = connected(interceptor("activemq"))
+    out = s.from_client(send([("destination", "/queue/a"), ("x-delay", "10"),
+                              ("correlation-id", "y" * 300)]))
+    assert out.close is None and len(out.to_broker) == 1
