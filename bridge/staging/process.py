@@ -23,6 +23,7 @@ import multiprocessing.synchronize
 import os
 import signal
 import sys
+import time
 from collections.abc import MutableSequence
 
 from bridge import logs
@@ -53,7 +54,7 @@ class EngineProcess:
         self._ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
         self.stop = self._ctx.Event()
         self.process: multiprocessing.process.BaseProcess | None = None
-        self.restarts = 0
+        self._started_at = 0.0
         self._log = logs.get("staging")
 
     def start(self) -> None:
@@ -64,26 +65,28 @@ class EngineProcess:
             daemon=True,
         )
         self.process.start()
+        self._started_at = time.monotonic()
         self._log.info("staging engine process started", pid=self.process.pid)
 
     async def watch(self) -> None:
-        """Restart the engine process whenever it exits without being asked to."""
+        """Start another engine process whenever it exits without being asked to: after
+        RESTART_FIRST_S when the one that died had run a while, and twice as long each time
+        one dies again soon (up to RESTART_MAX_S)."""
         wait_s = RESTART_FIRST_S
-        while not self.stop.is_set():
+        while True:
             await asyncio.sleep(WATCH_EVERY_S)
+            if self.stop.is_set():
+                return
             process = self.process
-            if process is None or process.is_alive() or self.stop.is_set():
-                if process is not None and process.is_alive():
-                    wait_s = RESTART_FIRST_S
+            if process is None or process.is_alive():
                 continue
-            self._log.error(
-                "staging engine process exited; starting another",
-                exitcode=process.exitcode, retry_in_s=wait_s,
-            )
+            if time.monotonic() - self._started_at > RESTART_MAX_S:
+                wait_s = RESTART_FIRST_S
+            self._log.error("staging engine process exited; starting another",
+                            exitcode=process.exitcode, retry_in_s=wait_s)
             await asyncio.sleep(wait_s)
             wait_s = min(RESTART_MAX_S, wait_s * 2)
             if not self.stop.is_set():
-                self.restarts += 1
                 self.start()
 
     async def close(self, grace: float = 10.0) -> None:
