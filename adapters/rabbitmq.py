@@ -490,28 +490,32 @@ class RabbitMQ:
     def _settle_batch(self, ch: BlockingChannel, moves: Sequence[Move]) -> bool:
         """All puts in one transaction, then the acks. False when the batch could not be put
         that way (a target to declare first, a channel error): nothing acked, do it one by one."""
+        puts: list[tuple[Route, pika.BasicProperties, bytes] | None] = []
         for move in moves:
-            if move.destination is not None:
-                where = route(move.destination)
-                if where.declare and where.routing_key not in self._declared:
-                    return False
-                try:
-                    amqp_properties(move.message.headers if move.message else {})
-                except ValueError:
-                    return False  # one by one, where that move is refused on its own
+            if move.destination is None:
+                puts.append(None)
+                continue
+            if move.message is None:
+                return False  # _settle_each says what is wrong with it
+            where = route(move.destination)
+            if where.declare and where.routing_key not in self._declared:
+                return False
+            try:
+                puts.append((where, amqp_properties(move.message.headers), move.message.body))
+            except ValueError:
+                return False  # one by one, where that move is refused on its own
         try:
             tx = self._tx_channel()
             self._returned.clear()
             sent: list[tuple[str, str, bytes] | None] = []
             publish = _unflushed(tx).basic_publish  # written all at once by tx_commit
-            for move in moves:
-                if move.destination is None or move.message is None:
+            for put in puts:
+                if put is None:
                     sent.append(None)
                     continue
-                where = route(move.destination)
-                publish(where.exchange, where.routing_key, move.message.body,
-                        amqp_properties(move.message.headers), mandatory=where.queue)
-                sent.append((where.exchange, where.routing_key, move.message.body))
+                where, props, body = put
+                publish(where.exchange, where.routing_key, body, props, mandatory=where.queue)
+                sent.append((where.exchange, where.routing_key, body))
             tx.tx_commit()
             assert self._conn is not None
             self._conn.process_data_events(0)  # returns arrive before commit-ok
