@@ -787,6 +787,9 @@ def _refusal(ep: Endpoint, exc: BaseException) -> str:
         socket.create_connection((ep.host, ep.port), timeout=2.0).close()
     except OSError as cause:
         return f"{type(cause).__name__}: {cause}"
+    if not str(exc):  # stomp.py's ConnectFailedException says nothing
+        return (f"{type(exc).__name__}: the port answers but the STOMP connection failed "
+                "(a broker still starting or stopping?)")
     return f"{type(exc).__name__}: {exc}"
 
 
