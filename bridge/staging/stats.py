@@ -44,17 +44,21 @@ SLOTS = LATENESS_SLOT + len(LATENESS_BUCKETS_MS) + 1  # the last bucket: above t
 
 
 def shared_slots() -> MutableSequence[int]:
-    """Slots in shared memory, zeroed: handed to the engine process when it is started."""
-    slots: MutableSequence[int] = multiprocessing.sharedctypes.RawArray("q", SLOTS)
+    """Slots in shared memory, as a new engine starts them: handed to the engine process."""
+    return _fresh(multiprocessing.sharedctypes.RawArray("q", SLOTS))
+
+
+def _fresh(slots: MutableSequence[int]) -> MutableSequence[int]:
+    """Zeroed slots with the pending count unknown (-1)."""
     slots[ENGINE_FIELDS.index("pending_count")] = -1
     return slots
 
 
 class _Slot:
-    """An int attribute kept in the owner's ``slots``."""
+    """An int attribute kept in the owner's ``slots``, at its name's place in ENGINE_FIELDS."""
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self, field: str) -> None:
+        self.index = ENGINE_FIELDS.index(field)
 
     def __get__(self, owner: Any, _type: type | None = None) -> int:
         return int(owner.slots[self.index])
@@ -66,14 +70,14 @@ class _Slot:
 class StagingStats:
     """What happened to staged messages; each field has a single writer."""
 
-    released = _Slot(0)
-    expired = _Slot(1)
-    invalid = _Slot(2)
-    undeliverable = _Slot(3)  # releases the broker refused, moved to <prefix>.undeliverable
-    hops = _Slot(4)
-    reconnects = _Slot(5)
-    lateness_sum_ms = _Slot(6)
-    _pending_count = _Slot(7)
+    released = _Slot("released")
+    expired = _Slot("expired")
+    invalid = _Slot("invalid")
+    undeliverable = _Slot("undeliverable")  # releases the broker refused (undeliverable queue)
+    hops = _Slot("hops")
+    reconnects = _Slot("reconnects")
+    lateness_sum_ms = _Slot("lateness_sum_ms")
+    _pending_count = _Slot("pending_count")
 
     def __init__(
         self,
@@ -82,8 +86,7 @@ class StagingStats:
         slots: MutableSequence[int] | None = None,
     ) -> None:
         if slots is None:
-            slots = [0] * SLOTS
-            slots[ENGINE_FIELDS.index("pending_count")] = -1
+            slots = _fresh([0] * SLOTS)
         if len(slots) != SLOTS:
             raise ValueError(f"staging stats need {SLOTS} slots, not {len(slots)}")
         self.slots = slots
