@@ -9,8 +9,9 @@ arriving in small pieces linear instead of quadratic.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.stomp.errors import StompProtocolError
@@ -101,21 +102,47 @@ def decode_headers(
     return headers
 
 
-# A header section in the common form: ASCII "name:value" lines, no escapes, CR or NUL. One C-level
-# match validates it, and its decoding can then wait until someone reads the headers.
-_PLAIN_LINE = rb"[^:\n\r\\\x00\x80-\xff]+:[^\n\r\\\x00\x80-\xff]*"
+# A header section in the common form: ASCII "name:value" lines ending LF, no CR or NUL, and
+# backslashes only in the escapes the version defines. One C-level match validates it, and its
+# decoding can then wait until someone reads the headers. Each line is an "unrolled loop" (runs of
+# plain characters between escapes), so a line that does not match fails without backtracking.
+_NAME_CH = rb"[^:\n\r\\\x00\x80-\xff]"
+_VALUE_CH = rb"[^\n\r\\\x00\x80-\xff]"
+# Per version: the escapes the fast path accepts (1.0 has none: a backslash is left to _parse).
+_ESCAPES: dict[str | None, bytes | None] = {
+    None: rb"\\[\\cnr]", "1.2": rb"\\[\\cnr]", "1.1": rb"\\[\\cn]", "1.0": None,
+}
 
 
-def _head_pattern(commands: Iterable[str]) -> re.Pattern[bytes]:
-    """Command line, plain header lines (each ending LF) and the blank line, as one match."""
+def _line_pattern(escape: bytes | None) -> bytes:
+    if escape is None:
+        return rb"%s+:%s*" % (_NAME_CH, _VALUE_CH)
+    return rb"(?:%s|%s)%s*(?:%s%s*)*:%s*(?:%s%s*)*" % (
+        _NAME_CH, escape, _NAME_CH, escape, _NAME_CH, _VALUE_CH, escape, _VALUE_CH,
+    )
+
+
+@functools.cache
+def _head_pattern(commands: frozenset[str], escape: bytes | None) -> re.Pattern[bytes]:
+    """Command line, header lines (each ending LF) and the blank line, as one match."""
     longest_first = sorted(commands, key=len, reverse=True)
     names = b"|".join(re.escape(c.encode()) for c in longest_first)
-    return re.compile(rb"(%s)\n((?:%s\n)*)\n" % (names, _PLAIN_LINE))
+    return re.compile(rb"(%s)\n((?:%s\n)*)\n" % (names, _line_pattern(escape)))
 
 
 def _decode_plain(block: bytes) -> Headers:
-    """Decode header lines (each ending LF) that ``_PLAIN_LINE`` accepted: nothing can fail."""
+    """Decode header lines (each ending LF) that ``_head_pattern`` accepted, taking backslashes
+    as they stand (no escapes in them, or a command that is never escaped): nothing can fail."""
     return [tuple(line.split(":", 1)) for line in block.decode("ascii").split("\n")[:-1]]  # type: ignore[misc]
+
+
+def _decode_escaped(block: bytes, table: dict[str, str]) -> Headers:
+    """``_decode_plain`` for lines with escapes the pattern already checked against ``table``."""
+    headers: Headers = []
+    for line in block.decode("ascii").split("\n")[:-1]:
+        name, _, value = line.partition(":")
+        headers.append((unescape(name, table), unescape(value, table)))
+    return headers
 
 
 def _error(version: str | None, kind: str, message: str, detail: str) -> StompProtocolError:
@@ -161,7 +188,7 @@ class FrameParser:
 
     __slots__ = (
         "role", "_version", "_limits", "_max_frame", "_max_head", "_max_headers", "_validate",
-        "_commands", "_head", "_table", "_crlf",
+        "_commands", "_command_set", "_head", "_head_escaped", "_table", "_crlf",
         "_data", "_pos", "_more", "_more_len", "_checked", "_tail", "_wait", "_need",
         "_partial", "_error",
     )  # fmt: skip
@@ -182,7 +209,7 @@ class FrameParser:
             raise ValueError(f"role must be 'server' or 'client', not {role!r}")
         self.role = role
         self._commands = {name.encode(): name for name in commands}
-        self._head = _head_pattern(commands)
+        self._command_set = frozenset(commands)
         self._limits = limits
         self._max_frame = limits.max_frame_bytes
         self._max_head = limits.max_header_bytes
@@ -211,6 +238,11 @@ class FrameParser:
             raise ValueError(f"unsupported STOMP version {version!r}")
         self._version = version
         self._table = unescape_table(version)
+        # Plain heads (the common case) match the cheaper pattern; the escape-aware one is
+        # tried only on a head that failed it and holds a backslash.
+        self._head = _head_pattern(self._command_set, None)
+        escape = _ESCAPES[version]
+        self._head_escaped = None if escape is None else _head_pattern(self._command_set, escape)
         self._crlf = version in (None, "1.2")
         if self._partial is not None:  # re-read a half-received frame under the new rules
             self._partial = None
@@ -326,8 +358,12 @@ class FrameParser:
                 pos += 1
                 continue
             m = head(data, pos)
+            escaped = False
             if m is None:
-                break
+                m = self._escaped_head(data, pos)
+                if m is None:
+                    break
+                escaped = True
             command_bytes, block = m.groups()
             body_start = m.end()
             if body_start - pos > max_head or block.count(b"\n") > max_headers:
@@ -352,10 +388,25 @@ class FrameParser:
             frame.raw = data[pos : end + 1]
             frame.body = data[body_start:end]
             frame._headers = None
-            frame._lazy = (_decode_plain, (block,))
+            if escaped:
+                frame._lazy = self._escaped_decoder(frame.command, block)
+            else:
+                frame._lazy = (_decode_plain, (block,))
             append(frame)
             pos = end + 1
         self._pos = pos
+
+    def _escaped_head(self, data: bytes, pos: int) -> re.Match[bytes] | None:
+        """The head at ``pos`` if it is plain but for escapes the version defines."""
+        if self._head_escaped is None or data.find(b"\\", pos, pos + self._max_head) < 0:
+            return None
+        return self._head_escaped.match(data, pos)
+
+    def _escaped_decoder(self, command: str, block: bytes) -> LazyHeaders:
+        """How to decode a head with backslashes that ``_scan`` accepted."""
+        if self._table is None or command in UNESCAPED_COMMANDS:
+            return (_decode_plain, (block,))  # backslashes stand for themselves
+        return (_decode_escaped, (block, self._table))
 
     def _scan_trusted(self, append: Callable[[Event], None]) -> None:
         """``_scan`` for a trusted peer (validate=False): frame boundaries only, headers lazy."""

@@ -158,6 +158,21 @@ VECTORS: list[tuple[str, str | None, str, bytes, list[Any]]] = [
         ],
     ),
     (
+        # stomp.py escapes every ':' of a 1.1/1.2 value; ActiveMQ's message ids are full of them.
+        "escaped-ack-as-stomp.py-writes-it",
+        "1.1",
+        S,
+        b"ACK\nid:ID\\chost-4345-1\\c1\\c1\nsubscription:1\n\n\x00",
+        [
+            frame(
+                "ACK",
+                [("id", "ID:host-4345-1:1:1"), ("subscription", "1")],
+                b"",
+                b"ACK\nid:ID\\chost-4345-1\\c1\\c1\nsubscription:1\n\n\x00",
+            )
+        ],
+    ),
+    (
         "escapes-1.1-raw-cr-kept",
         "1.1",
         S,
