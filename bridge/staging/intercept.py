@@ -62,11 +62,8 @@ class DelayInterceptor:
     def client_frame(self, frame: Frame, session: Session) -> bytes:
         raw = frame.raw
         # Only the header section can name a header: never search the body (it can be large,
-        # and its bytes can make a substring search slow). With CRLF lines there may be no
-        # "\n\n"; then the whole frame is searched, which can only find more.
-        end = raw.find(b"\n\n")
-        if end < 0:
-            end = len(raw)
+        # and its bytes can make a substring search slow). The body ends just before the NUL.
+        end = len(raw) - len(frame.body) - 1
         if raw.find(self._prefix, 0, end) >= 0:
             self._guard(frame)
         if frame.command != "SEND":

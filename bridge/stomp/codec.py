@@ -324,6 +324,11 @@ class FrameParser:
                         self._scan(append)
                     else:
                         self._scan_trusted(append)
+                    if self._pos >= len(self._data):  # all of it scanned: what _parse would do
+                        self._data = b""
+                        self._pos = 0
+                        self._wait = _ANY
+                        return events
                 event = parse()
                 if event is not NEED_DATA:
                     append(event)  # type: ignore[arg-type]

@@ -12,7 +12,6 @@ delivery delay (SEND) and staging-queue protection (SEND, SUBSCRIBE) plug in the
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from bridge.errors import Refused
@@ -92,13 +91,27 @@ class PassThrough:
         return frame.raw
 
 
-@dataclass(slots=True)
 class Output:
     """What one call of the session asks the glue to do."""
 
-    to_broker: list[bytes] = field(default_factory=list)
-    to_client: list[bytes] = field(default_factory=list)
-    close: str | None = None  # set: flush what is above, then close both sides; the reason
+    __slots__ = ("to_broker", "to_client", "close")
+
+    def __init__(
+        self,
+        to_broker: list[bytes] | None = None,
+        to_client: list[bytes] | None = None,
+        close: str | None = None,
+    ) -> None:
+        self.to_broker: list[bytes] = [] if to_broker is None else to_broker
+        self.to_client: list[bytes] = [] if to_client is None else to_client
+        # Set: flush what is above, then close both sides; the reason.
+        self.close = close
+
+    def __repr__(self) -> str:
+        return (
+            f"Output(to_broker={self.to_broker!r}, to_client={self.to_client!r}, "
+            f"close={self.close!r})"
+        )
 
 
 def parse_heartbeat(value: str | None) -> tuple[int, int]:
