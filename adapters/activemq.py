@@ -61,7 +61,7 @@ from stomp.utils import Frame  # type: ignore[import-untyped]
 from adapters.base import PER_DELIVERY, Held, Message, Move, connect_with_retries
 from bridge import logs
 from bridge.config import Endpoint
-from bridge.errors import BrokerUnavailable, PutRefused
+from bridge.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,
@@ -623,6 +623,27 @@ class ActiveMQ:
         conn.send(destination, message.body, headers=headers)
 
     # -- tools ---------------------------------------------------------------------------------
+
+    def try_put(self, destination: str) -> Refused | None:
+        """ActiveMQ authorizes a SEND inside a transaction when the SEND arrives: an ERROR for
+        its receipt, and the ABORT drops what was let in."""
+        if not _valid_destination(destination):
+            return None
+        conn = self._live()
+        tx, receipt = f"jb-try-{next(self._ids)}", self._receipt()
+        with self._translate():
+            conn.begin(tx)
+            conn.send(destination, b"", headers={"transaction": tx, "receipt": receipt})
+        failures = self._await_all([receipt], f"trying a put to {destination}")
+        with self._translate():
+            conn.abort(tx)
+        if receipt in failures:
+            text = failures[receipt]
+            return Refused(activemq_reason(text), f"{destination}: the broker says {text}")
+        return None
+
+    def staging_checks(self, destination: str) -> bool:
+        return False
 
     def browse(self, queue: str) -> Generator[Message, None, None]:
         """A ``browser:true`` subscription: every message, held ones included, none consumed."""

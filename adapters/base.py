@@ -27,7 +27,7 @@ from typing import Protocol
 
 import tenacity
 
-from bridge.errors import BrokerUnavailable
+from bridge.errors import BrokerUnavailable, Refused
 
 # Headers that belong to one delivery, not to the message: never part of ``Message.headers``.
 PER_DELIVERY = frozenset(
@@ -123,6 +123,16 @@ class StagingBroker(Protocol):
 
     def publish(self, destination: str, message: Message) -> None:
         """Put one message to a STOMP destination and wait for the broker to confirm it."""
+
+    def try_put(self, destination: str) -> Refused | None:
+        """Whether this connection's user may put to ``destination``, asked without putting
+        anything (an empty message in a transaction that is rolled back): None, or the broker's
+        refusal as a Refused with its MQRC reason. BrokerUnavailable when it cannot tell.
+        A destination the adapter cannot name is None: the release reports it."""
+
+    def staging_checks(self, destination: str) -> bool:
+        """Whether the broker's checks of a send to a staging queue already cover a send to
+        ``destination`` (then ``try_put`` has nothing to add)."""
 
     def browse(self, queue: str) -> Iterator[Message]:
         """Every message of ``queue`` now, head first, without consuming any (tools only)."""

@@ -59,7 +59,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from adapters.base import PER_DELIVERY, Held, Message, Move, connect_with_retries
 from bridge import logs
 from bridge.config import Endpoint
-from bridge.errors import BrokerUnavailable, PutRefused
+from bridge.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,
@@ -660,6 +660,44 @@ class RabbitMQ:
         self._declared.add(queue)
 
     # -- tools ---------------------------------------------------------------------------------
+
+    def try_put(self, destination: str) -> Refused | None:
+        try:
+            where = route(destination)
+        except ValueError:
+            return None
+        with self._translate():
+            assert self._conn is not None
+            ch = self._conn.channel()
+        try:
+            if where.queue and not where.declare:  # /amq/queue/: the queue must exist
+                ch.queue_declare(where.routing_key, passive=True)
+            if where.exchange:  # permissions are checked at the publish, rolled back unseen
+                ch.tx_select()
+                ch.basic_publish(where.exchange, where.routing_key, b"")
+                ch.tx_rollback()
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                with self._translate():
+                    raise
+            return Refused(
+                refusal_reason(exc.reply_code, exc.reply_text),
+                f"{destination}: the broker says ({exc.reply_code}) {exc.reply_text}",
+            )
+        except (pika.exceptions.AMQPError, OSError):
+            with self._translate():
+                raise
+        finally:
+            _close_quietly(ch)
+        return None
+
+    def staging_checks(self, destination: str) -> bool:
+        """A staged copy is published to the default exchange, like a send to any queue."""
+        try:
+            where = route(destination)
+        except ValueError:
+            return False
+        return where.exchange == "" and where.declare
 
     def browse(self, queue: str) -> Iterator[Message]:
         """Gets every ready message on a channel of its own and closes it, so all return to

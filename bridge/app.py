@@ -10,14 +10,15 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixe
 
 from bridge import logs
 from bridge.admin import Admin, probe
-from bridge.brokers import staging_broker
+from bridge.brokers import broker_as, staging_broker
 from bridge.config import Endpoint, Settings
-from bridge.errors import BrokerUnavailable, ConfigError
+from bridge.errors import BrokerUnavailable, ConfigError, Refused
 from bridge.metrics import Metrics
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
 from bridge.staging.process import EngineProcess
 from bridge.staging.stats import StagingStats, shared_slots
+from bridge.staging.targets import TargetChecks, TargetKey
 from bridge.stomp.server import StompServer
 from policies.delay import DelayConfig
 
@@ -53,6 +54,21 @@ def _prepare_staging(settings: Settings, layout: Layout) -> None:
         broker.close()
 
 
+def target_checks(settings: Settings) -> TargetChecks:
+    """Checks of a delayed send's target, asked of the broker as the sending client."""
+
+    def probe(key: TargetKey) -> Refused | None:
+        broker = broker_as(settings, key.login, key.passcode, key.vhost)
+        broker.connect()
+        try:
+            return broker.try_put(key.destination)
+        finally:
+            broker.close()
+
+    own = staging_broker(settings)  # never connected: only asked what the staging send covers
+    return TargetChecks(probe, needs_probe=lambda destination: not own.staging_checks(destination))
+
+
 def delay_config(settings: Settings) -> DelayConfig:
     return DelayConfig(
         relative_headers=settings.delay_headers,
@@ -72,14 +88,17 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     metrics = Metrics()
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
+    targets = target_checks(settings)
     interceptor = DelayInterceptor(
-        broker=settings.broker, config=config, layout=layout, on_staged=staging.on_staged
+        broker=settings.broker, config=config, layout=layout, on_staged=staging.on_staged,
+        targets=targets,
     )
     stomp = StompServer(
         broker=settings.broker,
         upstream=settings.upstream_stomp,
         interceptor=interceptor,
         stats=metrics.relay,
+        targets=targets,
     )
     admin = Admin(
         metrics=metrics,

@@ -1,9 +1,10 @@
-"""The staging adapter for the configured broker, with the bridge's own credentials."""
+"""The staging adapter for the configured broker: with the bridge's own credentials, or with a
+client's (to ask the broker what that client may do)."""
 
 from __future__ import annotations
 
 from adapters.base import StagingBroker
-from bridge.config import Settings, bridge_amqp, bridge_stomp
+from bridge.config import Endpoint, Settings, bridge_amqp, bridge_stomp
 
 
 def staging_broker(settings: Settings) -> StagingBroker:
@@ -14,3 +15,22 @@ def staging_broker(settings: Settings) -> StagingBroker:
     from adapters.activemq import ActiveMQ
 
     return ActiveMQ(bridge_stomp(settings))
+
+
+def broker_as(
+    settings: Settings, login: str | None, passcode: str | None, vhost: str | None,
+    *, timeout: float = 5.0,
+) -> StagingBroker:
+    """An adapter that connects as a client did (RabbitMQ's STOMP ``host`` is the vhost)."""
+    if settings.broker == "rabbitmq":
+        from adapters.rabbitmq import RabbitMQ
+
+        own = bridge_amqp(settings)
+        # RabbitMQ's STOMP plugin takes a CONNECT without login as its default user, guest.
+        user = Endpoint(own.host, own.port, login or "guest", passcode or "guest", vhost or "/")
+        return RabbitMQ(user, heartbeat=0, blocked_timeout=timeout)
+    from adapters.activemq import ActiveMQ
+
+    up = settings.upstream_stomp
+    return ActiveMQ(Endpoint(up.host, up.port, login, passcode), receipt_timeout=timeout,
+                    heartbeats=(0, 0))

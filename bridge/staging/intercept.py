@@ -19,8 +19,9 @@ from bridge.staging.envelope import (
     staged_headers,
 )
 from bridge.staging.levels import Layout
+from bridge.staging.targets import UNKNOWN, TargetChecks, TargetKey
 from bridge.stomp import Frame, serialize
-from bridge.stomp.session import Session
+from bridge.stomp.session import NeedsCheck, Session
 from policies.delay import DelayConfig, delay_of
 from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_OPTIONS_ERROR, MQRC_PROPERTY_VALUE_BAD
 
@@ -45,12 +46,14 @@ class DelayInterceptor:
         layout: Layout,
         clock: Callable[[], int] = _wall_ms,
         on_staged: Callable[[str], None] = lambda queue: None,
+        targets: TargetChecks | None = None,
     ) -> None:
         self.broker = broker
         self.config = config
         self.layout = layout
         self.clock = clock
         self.on_staged = on_staged
+        self.targets = targets
         self._prefix = layout.prefix.encode()
         self._drop = config.delay_header_names()
         # A SEND that names none of these in its bytes cannot ask for a delay: the common
@@ -104,6 +107,13 @@ class DelayInterceptor:
                     f"{name} is {size} bytes; a delayed message on {self.broker} can carry "
                     f"at most {SHORT_STRING_BYTES}",
                 )
+        if self.targets is not None:
+            key = TargetKey(session.login, session.host, destination, session.passcode)
+            verdict = self.targets.verdict(key)
+            if verdict is UNKNOWN:
+                raise NeedsCheck(key)
+            if isinstance(verdict, Refused):
+                raise Refused(verdict.reason, verdict.detail)
         queue = self.layout.queue_for(delayed.due_ms - now)
         staged = staged_headers(
             frame.headers,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from bridge import logs
 from bridge.config import Endpoint
 from bridge.metrics import RelayStats
+from bridge.staging.targets import TargetChecks, TargetKey
 from bridge.stomp.session import Interceptor, Output, Session, State
 
 # A peer that agreed to heart-beat every N ms is declared dead after N * this of silence.
@@ -60,6 +61,7 @@ class ClientLink(asyncio.Protocol):
         self._pending: list[bytes] = []  # client bytes that arrived before upstream was up
         self._closing = False
         self._client_paused = False
+        self._checking: asyncio.Task[None] | None = None
         self._last_client = self._last_broker = time.monotonic()
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -108,8 +110,8 @@ class ClientLink(asyncio.Protocol):
         self._closing = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self.upstream is not None:
-            self.upstream.close()
+        if self._checking is None and self.upstream is not None:
+            self.upstream.close()  # else the check relays what the client sent, then closes
         self.server.closed(self)
 
     def pause_writing(self) -> None:
@@ -128,7 +130,8 @@ class ClientLink(asyncio.Protocol):
     def resume_client(self) -> None:
         if self.client is not None and self._client_paused and not self._closing:
             self._client_paused = False
-            self.client.resume_reading()
+            if self._checking is None:
+                self.client.resume_reading()
 
     # -- broker side -------------------------------------------------------------------
     def broker_data(self, data: bytes) -> None:
@@ -152,6 +155,31 @@ class ClientLink(asyncio.Protocol):
             self.client.write(b"".join(out.to_client))
         if out.close is not None:
             self.close(out.close)
+        elif out.check is not None:
+            self._start_check(out.check)
+
+    def _start_check(self, key: object) -> None:
+        """Stop reading the client until the check is done (the session holds its frames)."""
+        checks = self.server.targets
+        assert checks is not None and isinstance(key, TargetKey)
+        if self.client is not None and not self._client_paused:
+            self.client.pause_reading()
+        self._checking = self.server.loop.create_task(self._check_then_resume(checks, key))
+
+    async def _check_then_resume(self, checks: TargetChecks, key: TargetKey) -> None:
+        try:
+            await checks.check(key)
+        except Exception as exc:  # never leave the client's frames held
+            self.log.error("target check failed", destination=key.destination, error=repr(exc))
+            checks.remember(key, None, 1.0)
+        self._checking = None
+        gone = self._closing
+        self._apply(self.session.resume())
+        if gone:  # the client left while its frames were held: they went up, now close
+            if self._checking is None and self.upstream is not None:
+                self.upstream.close()
+        elif self._checking is None and not self._client_paused and self.client is not None:
+            self.client.resume_reading()
 
     def close(self, why: str) -> None:
         if self._closing:
@@ -203,11 +231,13 @@ class StompServer:
         interceptor: Interceptor | None,
         stats: RelayStats,
         connect_timeout: float = 10.0,
+        targets: TargetChecks | None = None,
     ) -> None:
         self.broker = broker
         self.upstream = upstream
         self.interceptor = interceptor
         self.stats = stats
+        self.targets = targets
         self.connect_timeout = connect_timeout
         self.links: set[ClientLink] = set()
         self.loop = asyncio.get_running_loop()

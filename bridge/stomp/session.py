@@ -6,18 +6,23 @@ way the two peers do, and decides, frame by frame, what goes where. Frames it do
 to change are forwarded as the bytes that came in.
 
 The one place a client frame can be inspected, rewritten or refused is ``Interceptor``:
-delivery delay (SEND) and staging-queue protection (SEND, SUBSCRIBE) plug in there.
+delivery delay (SEND) and staging-queue protection (SEND, SUBSCRIBE) plug in there. A frame that
+can only be judged after a look at the broker (may this user write to that target?) makes the
+session hold it, and everything the client sends after it, until the glue has run the check and
+calls ``resume()``: frames still reach the broker in the order the client sent them.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from typing import Protocol
 
 from bridge.errors import Refused
 from bridge.metrics import RelayStats
 from bridge.stomp import (
     HEARTBEAT,
+    Event,
     Frame,
     FrameParser,
     Limits,
@@ -71,6 +76,14 @@ _CLIENT_MOVES = _by_state(CLIENT_TRANSITIONS)
 _BROKER_MOVES = _by_state(BROKER_TRANSITIONS)
 
 
+class NeedsCheck(Exception):  # noqa: N818 - a request to the glue, not an error
+    """Raised by an interceptor: judge this frame again once the check ``key`` has been run."""
+
+    def __init__(self, key: Hashable) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 class Interceptor(Protocol):
     """Inspects client frames of the commands it names before they go upstream."""
 
@@ -80,7 +93,8 @@ class Interceptor(Protocol):
         """Return the bytes to send upstream (``frame.raw`` to relay it unchanged).
 
         Raise ``bridge.errors.Refused`` to refuse it: the client gets an ERROR frame and the
-        connection closes, as STOMP requires after an ERROR."""
+        connection closes, as STOMP requires after an ERROR. Raise ``NeedsCheck`` to have the
+        glue run a check first; the frame is offered again after ``Session.resume()``."""
         ...
 
 
@@ -94,7 +108,7 @@ class PassThrough:
 class Output:
     """What one call of the session asks the glue to do."""
 
-    __slots__ = ("to_broker", "to_client", "close")
+    __slots__ = ("to_broker", "to_client", "close", "check")
 
     def __init__(
         self,
@@ -106,11 +120,20 @@ class Output:
         self.to_client: list[bytes] = [] if to_client is None else to_client
         # Set: flush what is above, then close both sides; the reason.
         self.close = close
+        # Set: run this check (NeedsCheck.key), then call resume(); the client's later frames
+        # are held meanwhile (stop reading from it).
+        self.check: Hashable | None = None
+
+    def extend(self, more: Output) -> None:
+        self.to_broker += more.to_broker
+        self.to_client += more.to_client
+        self.close = more.close
+        self.check = more.check
 
     def __repr__(self) -> str:
         return (
             f"Output(to_broker={self.to_broker!r}, to_client={self.to_client!r}, "
-            f"close={self.close!r})"
+            f"close={self.close!r}, check={self.check!r})"
         )
 
 
@@ -160,6 +183,8 @@ class Session:
         self._broker_moves = _BROKER_MOVES[self._state]
         self.version: str | None = None
         self.login: str | None = None
+        self.passcode: str | None = None
+        self.host: str | None = None  # the CONNECT host header: RabbitMQ's virtual host
         self.client_heartbeat = (0, 0)
         # Negotiated intervals in ms (0 = none): client->broker and broker->client.
         self.heartbeat_up = 0
@@ -168,6 +193,11 @@ class Session:
         self.stats = stats or RelayStats()
         self._client = FrameParser(role="server", limits=limits)
         self._broker = FrameParser(role="client", limits=limits, validate=False)
+        # While a check runs: the parsed events from the frame that asked for it on, the
+        # protocol error that ended their chunk (if one did), and client bytes received since.
+        self._held: list[Event] | None = None
+        self._held_error: StompProtocolError | None = None
+        self._held_data: list[bytes] = []
 
     @property
     def state(self) -> State:
@@ -181,14 +211,43 @@ class Session:
 
     # -- client -> broker ------------------------------------------------------------------
     def from_client(self, data: bytes) -> Output:
-        out = Output()
-        stats = self.stats
-        stats.bytes["upstream"] += len(data)
+        self.stats.bytes["upstream"] += len(data)
+        if self._held is not None:
+            self._held_data.append(data)
+            return Output()
+        return self._client_data(data)
+
+    @property
+    def checking(self) -> bool:
+        """Whether client frames are held for a check (see ``resume``)."""
+        return self._held is not None
+
+    def resume(self) -> Output:
+        """The check asked for has been run: go on with the held frames, then the held bytes."""
+        events, error, pending = self._held or [], self._held_error, self._held_data
+        self._held, self._held_error, self._held_data = None, None, []
+        out = self._relay(events, error, Output())
+        for i, data in enumerate(pending):
+            if out.close is not None:
+                break
+            if out.check is not None:  # held again: what is left waits for the next resume
+                self._held_data = pending[i:]
+                break
+            out.extend(self._client_data(data))
+        return out
+
+    def _client_data(self, data: bytes) -> Output:
         error: StompProtocolError | None = None
         try:
             events = self._client.feed(data)
         except StompProtocolError as exc:  # frames before the bad one are still relayed
             events, error = exc.events, exc
+        return self._relay(events, error, Output())
+
+    def _relay(
+        self, events: list[Event], error: StompProtocolError | None, out: Output
+    ) -> Output:
+        stats = self.stats
         watched = self.interceptor.commands
         frames = stats.frames_up
         for event in events:
@@ -207,6 +266,12 @@ class Session:
             if command in watched:
                 try:
                     out.to_broker.append(self.interceptor.client_frame(event, self))
+                except NeedsCheck as need:
+                    frames[command] -= 1  # counted when it is offered again
+                    at = next(i for i, e in enumerate(events) if e is event)
+                    self._held, self._held_error = events[at:], error
+                    out.check = need.key
+                    return out
                 except Refused as refusal:
                     stats.refusals[refusal.reason.name] += 1
                     out.to_client.append(self._refusal_frame(refusal, event))
@@ -223,6 +288,8 @@ class Session:
 
     def _on_connect(self, frame: Frame) -> None:
         self.login = frame.get("login")
+        self.passcode = frame.get("passcode")
+        self.host = frame.get("host")
         self.client_heartbeat = parse_heartbeat(frame.get("heart-beat"))
         # Frames pipelined behind CONNECT are parsed as the version the broker will most
         # likely choose; CONNECTED settles it.

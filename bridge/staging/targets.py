@@ -1,0 +1,122 @@
+"""Send-time checks of a delayed message's target, with the sending user's own credentials.
+
+IBM MQ checks at put time that the user may put to the target queue, and that the queue exists.
+A delayed SEND through the bridge is sent to a staging queue, so the broker checks that user
+against the staging queue only, and a refused target would surface only at release, long after
+the application was told its send went through. So before the first delayed send of a user to a
+target, the bridge asks the broker, as that user (a probe that puts nothing: see the adapters'
+``probe_target``), and remembers the answer for ``ttl_s`` seconds.
+
+A probe that cannot tell (the broker is unreachable that way, the probe timed out) lets sends
+through for ``UNSURE_TTL_S``: the broker still refuses such a message at release, and the engine
+moves it to the undeliverable queue with the broker's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from bridge import logs
+from bridge.errors import BrokerUnavailable, Refused
+
+VERDICT_TTL_S = 30.0
+UNSURE_TTL_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetKey:
+    """Who sends to where. The passcode travels with it for the probe, but two sessions of the
+    same user share one verdict (the broker authenticated both)."""
+
+    login: str | None
+    vhost: str | None
+    destination: str
+    passcode: str | None = field(default=None, compare=False, repr=False)
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Final = _Unknown()
+Verdict = Refused | None  # None: the user may send there
+
+# A probe: may this user put to this destination? None (yes), a Refused (no, and why), or
+# BrokerUnavailable (cannot tell). Blocking; run off the event loop.
+Probe = Callable[[TargetKey], Verdict]
+
+
+class TargetChecks:
+    """Remembered verdicts (read by the interceptor, synchronously) and the probes that make
+    them (run by the front-end's glue, one at a time per key)."""
+
+    def __init__(
+        self,
+        probe: Probe,
+        *,
+        needs_probe: Callable[[str], bool] = lambda destination: True,
+        ttl_s: float = VERDICT_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.probe = probe
+        self.needs_probe = needs_probe
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._verdicts: dict[TargetKey, tuple[float, Verdict]] = {}
+        self._running: dict[TargetKey, asyncio.Future[None]] = {}
+        self._log = logs.get("staging.targets")
+
+    def verdict(self, key: TargetKey) -> Verdict | _Unknown:
+        """The remembered verdict, or UNKNOWN when there is none that is fresh."""
+        if not self.needs_probe(key.destination):
+            return None
+        entry = self._verdicts.get(key)
+        if entry is None:
+            return UNKNOWN
+        until, verdict = entry
+        if self.clock() >= until:
+            del self._verdicts[key]
+            return UNKNOWN
+        return verdict
+
+    def remember(self, key: TargetKey, verdict: Verdict, ttl_s: float | None = None) -> None:
+        self._verdicts[key] = (self.clock() + (self.ttl_s if ttl_s is None else ttl_s), verdict)
+        if len(self._verdicts) > 10_000:  # many users x many targets: drop the stale ones
+            now = self.clock()
+            self._verdicts = {k: v for k, v in self._verdicts.items() if v[0] > now}
+
+    def judge(self, key: TargetKey) -> Verdict:
+        """Run the probe for ``key`` (blocking) and remember its answer; a probe that cannot
+        tell lets sends through for a short while."""
+        try:
+            verdict = self.probe(key)
+        except BrokerUnavailable as exc:
+            self._log.warning("target not checked", destination=key.destination,
+                              login=key.login, error=str(exc))
+            self.remember(key, None, UNSURE_TTL_S)
+            return None
+        self.remember(key, verdict)
+        if verdict is not None:
+            self._log.info("target refused", destination=key.destination, login=key.login,
+                           reason=verdict.reason.name, detail=verdict.detail)
+        return verdict
+
+    async def check(self, key: TargetKey) -> None:
+        """``judge`` in a worker thread; concurrent checks of one key share a probe."""
+        running = self._running.get(key)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._running[key] = future
+        try:
+            await loop.run_in_executor(None, self.judge, key)
+        finally:
+            del self._running[key]
+            future.set_result(None)
