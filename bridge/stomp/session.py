@@ -210,12 +210,17 @@ class Session:
         self._broker_moves = _BROKER_MOVES[state]
 
     # -- client -> broker ------------------------------------------------------------------
-    def from_client(self, data: bytes) -> Output:
-        self.stats.bytes["upstream"] += len(data)
+    def from_client(self, data: bytes, *, counted: bool = False) -> Output:
+        if not counted:
+            self.stats.bytes["upstream"] += len(data)
         if self._held is not None:
             self._held_data.append(data)
             return Output()
-        return self._client_data(data)
+        try:
+            events, error = self._client.feed(data), None
+        except StompProtocolError as exc:  # frames before the bad one are still relayed
+            events, error = exc.events, exc
+        return self._relay(events, error, Output())
 
     @property
     def checking(self) -> bool:
@@ -233,16 +238,8 @@ class Session:
             if out.check is not None:  # held again: what is left waits for the next resume
                 self._held_data = pending[i:]
                 break
-            out.extend(self._client_data(data))
+            out.extend(self.from_client(data, counted=True))
         return out
-
-    def _client_data(self, data: bytes) -> Output:
-        error: StompProtocolError | None = None
-        try:
-            events = self._client.feed(data)
-        except StompProtocolError as exc:  # frames before the bad one are still relayed
-            events, error = exc.events, exc
-        return self._relay(events, error, Output())
 
     def _relay(
         self, events: list[Event], error: StompProtocolError | None, out: Output
