@@ -22,9 +22,14 @@ from typing import Final
 
 from bridge import logs
 from bridge.errors import BrokerUnavailable, Refused
+from policies.reasons import MQRC_Q_FULL
 
 VERDICT_TTL_S = 30.0
 UNSURE_TTL_S = 5.0
+# A full queue drains: that verdict is asked again after a second, where a refusal for who the
+# user is or for a target that does not exist holds for VERDICT_TTL_S.
+FULL_TTL_S = 1.0
+_SHORT_LIVED = frozenset({MQRC_Q_FULL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +105,8 @@ class TargetChecks:
                               login=key.login, error=str(exc))
             self.remember(key, None, UNSURE_TTL_S)
             return None
-        self.remember(key, verdict)
+        short = verdict is not None and verdict.reason in _SHORT_LIVED
+        self.remember(key, verdict, FULL_TTL_S if short else None)
         if verdict is not None:
             self._log.info("target refused", destination=key.destination, login=key.login,
                            reason=verdict.reason.name, detail=verdict.detail)

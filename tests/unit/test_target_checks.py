@@ -10,11 +10,17 @@ import pytest
 from bridge.errors import BrokerUnavailable, Refused
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
-from bridge.staging.targets import UNKNOWN, UNSURE_TTL_S, TargetChecks, TargetKey
+from bridge.staging.targets import (
+    FULL_TTL_S,
+    UNKNOWN,
+    UNSURE_TTL_S,
+    TargetChecks,
+    TargetKey,
+)
 from bridge.stomp import HEARTBEAT, FrameParser, serialize
 from bridge.stomp.session import Session, State
 from policies.delay import DelayConfig
-from policies.reasons import MQRC_NOT_AUTHORIZED
+from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_Q_FULL
 
 NOW = 1_800_000_000_000
 NO = Refused(MQRC_NOT_AUTHORIZED, "/topic/secret: the broker says no")
@@ -62,6 +68,16 @@ def test_verdicts_are_remembered_for_their_ttl() -> None:
     clock.t += 1
     assert checks.verdict(key("/topic/secret")) is UNKNOWN
     assert len(probe.calls) == 2
+
+
+def test_a_full_queue_is_asked_again_soon() -> None:
+    clock = Clock()
+    full = Refused(MQRC_Q_FULL, "/queue/q: the broker says Usage Manager Memory Limit reached")
+    checks = TargetChecks(Probe({"/queue/q": full}), ttl_s=30, clock=clock)
+    assert checks.judge(key("/queue/q")) is full
+    assert checks.verdict(key("/queue/q")) is full
+    clock.t += FULL_TTL_S
+    assert checks.verdict(key("/queue/q")) is UNKNOWN
 
 
 def test_one_verdict_per_user_whatever_the_passcode() -> None:
