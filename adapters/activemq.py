@@ -58,7 +58,14 @@ from stomp import Connection12, ConnectionListener  # type: ignore[import-untype
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
-from adapters.base import PER_DELIVERY, Held, Message, Move, connect_with_retries
+from adapters.base import (
+    PER_DELIVERY,
+    Held,
+    Message,
+    Move,
+    PutCheck,
+    connect_with_retries,
+)
 from bridge import logs
 from bridge.config import Endpoint
 from bridge.errors import BrokerUnavailable, PutRefused, Refused
@@ -624,11 +631,11 @@ class ActiveMQ:
 
     # -- tools ---------------------------------------------------------------------------------
 
-    def try_put(self, destination: str) -> Refused | None:
-        """ActiveMQ authorizes a SEND inside a transaction when the SEND arrives: an ERROR for
-        its receipt, and the ABORT drops what was let in."""
+    def check_put(self, destination: str) -> PutCheck:
+        """ActiveMQ authorizes a SEND inside a transaction when the SEND arrives (and refuses it
+        there when the store is full): an ERROR for its receipt. The ABORT drops the rest."""
         if not _valid_destination(destination):
-            return None
+            return PutCheck()
         conn = self._live()
         tx, receipt = f"jb-try-{next(self._ids)}", self._receipt()
         with self._translate():
@@ -637,10 +644,13 @@ class ActiveMQ:
         failures = self._await_all([receipt], f"trying a put to {destination}")
         with self._translate():
             conn.abort(tx)
-        if receipt in failures:
-            text = failures[receipt]
-            return Refused(activemq_reason(text), f"{destination}: the broker says {text}")
-        return None
+        if receipt not in failures:
+            return PutCheck()
+        reason = activemq_reason(failures[receipt])
+        return PutCheck(
+            refused=Refused(reason, f"{destination}: the broker says {failures[receipt]}"),
+            changing=reason is MQRC_Q_FULL,
+        )
 
     def staging_checks(self, destination: str) -> bool:
         return False

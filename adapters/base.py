@@ -72,6 +72,15 @@ class Move:
     message: Message | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PutCheck:
+    """What the broker lets us see, before a put, of whether it would take the message."""
+
+    refused: Refused | None = None  # it would not, and why
+    max_body_bytes: int | None = None  # it refuses a larger body (MQRC_MSG_TOO_BIG_FOR_Q)
+    changing: bool = False  # the answer depends on how full the target is now: ask again soon
+
+
 class StagingBroker(Protocol):
     name: str  # "rabbitmq" | "activemq"
 
@@ -124,11 +133,12 @@ class StagingBroker(Protocol):
     def publish(self, destination: str, message: Message) -> None:
         """Put one message to a STOMP destination and wait for the broker to confirm it."""
 
-    def try_put(self, destination: str) -> Refused | None:
-        """Whether this connection's user may put to ``destination``, asked without putting
-        anything (an empty message in a transaction that is rolled back): None, or the broker's
-        refusal as a Refused with its MQRC reason. BrokerUnavailable when it cannot tell.
-        A destination the adapter cannot name is None: the release reports it."""
+    def check_put(self, destination: str) -> PutCheck:
+        """Whether the broker would take a message from this connection's user for
+        ``destination``, asked without putting anything (an empty message in a transaction that
+        is rolled back), with what else the broker lets us see of the target (length limits).
+        BrokerUnavailable when it cannot tell. A destination the adapter cannot name passes:
+        the release reports it."""
 
     def staging_checks(self, destination: str) -> bool:
         """Whether the broker's checks of a send to a staging queue already cover a send to

@@ -45,9 +45,14 @@ seconds.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
+import json
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +61,14 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from adapters.base import PER_DELIVERY, Held, Message, Move, connect_with_retries
+from adapters.base import (
+    PER_DELIVERY,
+    Held,
+    Message,
+    Move,
+    PutCheck,
+    connect_with_retries,
+)
 from bridge import logs
 from bridge.config import Endpoint
 from bridge.errors import BrokerUnavailable, PutRefused, Refused
@@ -221,6 +233,41 @@ def refusal_reason(reply_code: int, reply_text: str) -> Reason:
     return MQRC_UNEXPECTED_ERROR
 
 
+# Overflow behaviours under which a queue at its length limit refuses a publish (drop-head,
+# the default, makes room by dropping its oldest message instead).
+REFUSING_OVERFLOW = ("reject-publish", "reject-publish-dlx")
+
+
+def queue_check(destination: str, info: Mapping[str, Any], ready: int) -> PutCheck:
+    """Whether a queue would refuse a publish now, from its management view (``arguments``,
+    ``effective_policy_definition``, ``message_bytes_ready``) and its exact ready count. A limit
+    set both ways takes the lower value; the argument's overflow beats the policy's."""
+    found = info.get("arguments")
+    args: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    found = info.get("effective_policy_definition")
+    policy: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    overflow = args.get("x-overflow", policy.get("overflow", "drop-head"))
+    if overflow not in REFUSING_OVERFLOW:
+        return PutCheck()
+
+    def lowest(argument: str, key: str) -> int | None:
+        values = [v for v in (args.get(argument), policy.get(key)) if isinstance(v, int)]
+        return min(values) if values else None
+
+    max_length = lowest("x-max-length", "max-length")
+    max_bytes = lowest("x-max-length-bytes", "max-length-bytes")
+    if max_length is None and max_bytes is None:
+        return PutCheck()
+    ready_bytes = info.get("message_bytes_ready")
+    full = None
+    if max_length is not None and ready >= max_length:
+        full = f"holds {ready} ready messages, at most {max_length} ({overflow})"
+    elif max_bytes is not None and isinstance(ready_bytes, int) and ready_bytes >= max_bytes:
+        full = f"holds {ready_bytes} bytes of ready messages, at most {max_bytes} ({overflow})"
+    refused = Refused(MQRC_Q_FULL, f"{destination} {full}") if full else None
+    return PutCheck(refused, max_body_bytes=max_bytes, changing=True)
+
+
 def queue_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
     """rabbit_stomp_util:build_arguments/1: the x-arguments a SEND declares its queue with."""
     args: dict[str, Any] = {}
@@ -254,8 +301,12 @@ class RabbitMQ:
         connect_attempts: int = 1,
         retry_wait: float = 0.2,
         blocked_timeout: float = 30.0,
+        management: Endpoint | None = None,
+        http_timeout: float = 5.0,
     ) -> None:
         self.endpoint = amqp
+        self._management = management
+        self._http_timeout = http_timeout
         self._params = pika.ConnectionParameters(
             host=amqp.host,
             port=amqp.port,
@@ -661,17 +712,22 @@ class RabbitMQ:
 
     # -- tools ---------------------------------------------------------------------------------
 
-    def try_put(self, destination: str) -> Refused | None:
+    def check_put(self, destination: str) -> PutCheck:
         try:
             where = route(destination)
         except ValueError:
-            return None
+            return PutCheck()
         with self._translate():
             assert self._conn is not None
             ch = self._conn.channel()
+        limits: Mapping[str, Any] | None = None
+        ready = 0
         try:
-            if where.queue and not where.declare:  # /amq/queue/: the queue must exist
-                ch.queue_declare(where.routing_key, passive=True)
+            if where.queue and self._management is not None:
+                limits = self._queue_info(where.routing_key)
+            if where.queue and (limits is not None or not where.declare):
+                # /amq/queue/ must exist; and how many messages are ready, exactly
+                ready = ch.queue_declare(where.routing_key, passive=True).method.message_count or 0
             if where.exchange:  # permissions are checked at the publish, rolled back unseen
                 ch.tx_select()
                 ch.basic_publish(where.exchange, where.routing_key, b"")
@@ -680,24 +736,52 @@ class RabbitMQ:
             if self._conn is None or not self._conn.is_open or not self._main_open():
                 with self._translate():
                     raise
-            return Refused(
+            return PutCheck(Refused(
                 refusal_reason(exc.reply_code, exc.reply_text),
                 f"{destination}: the broker says ({exc.reply_code}) {exc.reply_text}",
-            )
+            ))
         except (pika.exceptions.AMQPError, OSError):
             with self._translate():
                 raise
         finally:
             _close_quietly(ch)
-        return None
+        return PutCheck() if limits is None else queue_check(destination, limits, ready)
 
     def staging_checks(self, destination: str) -> bool:
-        """A staged copy is published to the default exchange, like a send to any queue."""
+        """A staged copy is published to the default exchange, like a send to any queue; but
+        that send says nothing of the queue's length limits."""
+        if self._management is not None:
+            return False
         try:
             where = route(destination)
         except ValueError:
             return False
         return where.exchange == "" and where.declare
+
+    def _queue_info(self, queue: str) -> Mapping[str, Any] | None:
+        """The management API's view of a queue: arguments, policy, ready bytes; None when it
+        does not exist, or the API cannot be asked (logged: the other checks still count)."""
+        ep = self._management
+        assert ep is not None
+        vhost = urllib.parse.quote(self.endpoint.vhost or "/", safe="")
+        url = (f"http://{ep.host}:{ep.port}/api/queues/{vhost}/"
+               f"{urllib.parse.quote(queue, safe='')}"
+               "?columns=arguments,effective_policy_definition,message_bytes_ready")
+        request = urllib.request.Request(url)
+        token = base64.b64encode(f"{ep.user or 'guest'}:{ep.password or 'guest'}".encode())
+        request.add_header("Authorization", "Basic " + token.decode())
+        try:
+            with urllib.request.urlopen(request, timeout=self._http_timeout) as answer:
+                info = json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                self._log.warning("queue limits not seen", queue=queue, url=url,
+                                  error=f"HTTP {exc.code} {exc.reason}")
+            return None
+        except (OSError, ValueError) as exc:
+            self._log.warning("queue limits not seen", queue=queue, url=url, error=str(exc))
+            return None
+        return info if isinstance(info, dict) else None
 
     def browse(self, queue: str) -> Iterator[Message]:
         """Gets every ready message on a channel of its own and closes it, so all return to

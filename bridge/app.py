@@ -8,11 +8,12 @@ import signal
 
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
+from adapters.base import PutCheck
 from bridge import logs
 from bridge.admin import Admin, probe
 from bridge.brokers import broker_as, staging_broker
 from bridge.config import Endpoint, Settings
-from bridge.errors import BrokerUnavailable, ConfigError, Refused
+from bridge.errors import BrokerUnavailable, ConfigError
 from bridge.metrics import Metrics
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
@@ -57,11 +58,11 @@ def _prepare_staging(settings: Settings, layout: Layout) -> None:
 def target_checks(settings: Settings) -> TargetChecks:
     """Checks of a delayed send's target, asked of the broker as the sending client."""
 
-    def probe(key: TargetKey) -> Refused | None:
+    def probe(key: TargetKey) -> PutCheck:
         broker = broker_as(settings, key.login, key.passcode, key.vhost)
         broker.connect()
         try:
-            return broker.try_put(key.destination)
+            return broker.check_put(key.destination)
         finally:
             broker.close()
 

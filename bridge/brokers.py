@@ -11,7 +11,7 @@ def staging_broker(settings: Settings) -> StagingBroker:
     if settings.broker == "rabbitmq":
         from adapters.rabbitmq import RabbitMQ
 
-        return RabbitMQ(bridge_amqp(settings))
+        return RabbitMQ(bridge_amqp(settings), management=settings.upstream_management)
     from adapters.activemq import ActiveMQ
 
     return ActiveMQ(bridge_stomp(settings))
@@ -28,7 +28,8 @@ def broker_as(
         own = bridge_amqp(settings)
         # RabbitMQ's STOMP plugin takes a CONNECT without login as its default user, guest.
         user = Endpoint(own.host, own.port, login or "guest", passcode or "guest", vhost or "/")
-        return RabbitMQ(user, heartbeat=0, blocked_timeout=timeout)
+        return RabbitMQ(user, heartbeat=0, blocked_timeout=timeout,
+                        management=settings.upstream_management, http_timeout=timeout)
     from adapters.activemq import ActiveMQ
 
     up = settings.upstream_stomp

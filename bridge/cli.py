@@ -30,6 +30,8 @@ def _connection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", choices=BROKERS, default=None)
     p.add_argument("--upstream-stomp", metavar="stomp://[USER:PASS@]HOST:PORT")
     p.add_argument("--upstream-amqp", metavar="amqp://USER:PASS@HOST:PORT/VHOST")
+    p.add_argument("--upstream-management", metavar="http://USER:PASS@HOST:PORT",
+                   help="RabbitMQ's management API, to see queue length limits (optional)")
     p.add_argument("--log-format", choices=LOG_FORMATS, default=None)
     p.add_argument("--log-level", choices=LOG_LEVELS, default=None, type=str.lower)
     p.add_argument("--staging-prefix", metavar="NAME", help="name prefix of the staging queues")

@@ -42,6 +42,7 @@ class Settings:
     broker: str = "rabbitmq"
     upstream_stomp: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61613))
     upstream_amqp: Endpoint | None = None
+    upstream_management: Endpoint | None = None
     stomp_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61633))
     admin_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 9613))
     log_format: str = "console"
@@ -121,6 +122,8 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return parse_url(str(value), what, "stomp")
     if name == "upstream-amqp":
         return parse_url(str(value), what, "amqp", vhost=True)
+    if name == "upstream-management":
+        return parse_url(str(value), what, "http")
     if name in ("stomp-listen", "admin-listen"):
         return parse_hostport(str(value), what)
     if name == "log-format":
@@ -199,6 +202,9 @@ def resolve(
     settings = Settings(**{n.replace("-", "_"): v for n, v in values.items()})
     if settings.upstream_amqp is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
+    if settings.upstream_management is not None and settings.broker != "rabbitmq":
+        raise ConfigError("upstream-management: RabbitMQ's management API is only for "
+                          "--broker rabbitmq")
     return settings
 
 

@@ -19,11 +19,16 @@ from bridge.staging.envelope import (
     staged_headers,
 )
 from bridge.staging.levels import Layout
-from bridge.staging.targets import UNKNOWN, TargetChecks, TargetKey
+from bridge.staging.targets import TargetChecks, TargetKey, Unknown
 from bridge.stomp import Frame, serialize
 from bridge.stomp.session import NeedsCheck, Session
 from policies.delay import DelayConfig, delay_of
-from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_OPTIONS_ERROR, MQRC_PROPERTY_VALUE_BAD
+from policies.reasons import (
+    MQRC_MSG_TOO_BIG_FOR_Q,
+    MQRC_NOT_AUTHORIZED,
+    MQRC_OPTIONS_ERROR,
+    MQRC_PROPERTY_VALUE_BAD,
+)
 
 # Destinations whose messages cannot wait on a shared staging queue and come back.
 UNSTAGEABLE = ("/temp-queue/", "/temp-topic/", "/reply-queue/")
@@ -110,10 +115,17 @@ class DelayInterceptor:
         if self.targets is not None:
             key = TargetKey(session.login, session.host, destination, session.passcode)
             verdict = self.targets.verdict(key)
-            if verdict is UNKNOWN:
+            if isinstance(verdict, Unknown):
                 raise NeedsCheck(key)
-            if isinstance(verdict, Refused):
-                raise Refused(verdict.reason, verdict.detail)
+            if verdict.refused is not None:
+                raise Refused(verdict.refused.reason, verdict.refused.detail)
+            limit = verdict.max_body_bytes
+            if limit is not None and len(frame.body) > limit:
+                raise Refused(
+                    MQRC_MSG_TOO_BIG_FOR_Q,
+                    f"{destination} takes messages of at most {limit} bytes; "
+                    f"this one has {len(frame.body)}",
+                )
         queue = self.layout.queue_for(delayed.due_ms - now)
         staged = staged_headers(
             frame.headers,

@@ -5,7 +5,8 @@ A delayed SEND through the bridge is sent to a staging queue, so the broker chec
 against the staging queue only, and a refused target would surface only at release, long after
 the application was told its send went through. So before the first delayed send of a user to a
 target, the bridge asks the broker, as that user (a probe that puts nothing: see the adapters'
-``probe_target``), and remembers the answer for ``ttl_s`` seconds.
+``check_put``), and remembers the answer for ``ttl_s`` seconds, or for ``FULL_TTL_S`` when it
+depends on how full the target is.
 
 A probe that cannot tell (the broker is unreachable that way, the probe timed out) lets sends
 through for ``UNSURE_TTL_S``: the broker still refuses such a message at release, and the engine
@@ -20,16 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from adapters.base import PutCheck
 from bridge import logs
-from bridge.errors import BrokerUnavailable, Refused
-from policies.reasons import MQRC_Q_FULL
+from bridge.errors import BrokerUnavailable
 
 VERDICT_TTL_S = 30.0
 UNSURE_TTL_S = 5.0
-# A full queue drains: that verdict is asked again after a second, where a refusal for who the
-# user is or for a target that does not exist holds for VERDICT_TTL_S.
+# A queue with a length limit fills and drains: what is known of it is asked again after a
+# second, where who the user is, or whether the target exists, holds for VERDICT_TTL_S.
 FULL_TTL_S = 1.0
-_SHORT_LIVED = frozenset({MQRC_Q_FULL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +43,17 @@ class TargetKey:
     passcode: str | None = field(default=None, compare=False, repr=False)
 
 
-class _Unknown:
+class Unknown:
     def __repr__(self) -> str:
         return "UNKNOWN"
 
 
-UNKNOWN: Final = _Unknown()
-Verdict = Refused | None  # None: the user may send there
+UNKNOWN: Final = Unknown()
+PASSES = PutCheck()
 
-# A probe: may this user put to this destination? None (yes), a Refused (no, and why), or
+# A probe: would the broker take this user's message for this destination? A PutCheck, or
 # BrokerUnavailable (cannot tell). Blocking; run off the event loop.
-Probe = Callable[[TargetKey], Verdict]
+Probe = Callable[[TargetKey], PutCheck]
 
 
 class TargetChecks:
@@ -72,14 +72,14 @@ class TargetChecks:
         self.needs_probe = needs_probe
         self.ttl_s = ttl_s
         self.clock = clock
-        self._verdicts: dict[TargetKey, tuple[float, Verdict]] = {}
+        self._verdicts: dict[TargetKey, tuple[float, PutCheck]] = {}
         self._running: dict[TargetKey, asyncio.Future[None]] = {}
         self._log = logs.get("staging.targets")
 
-    def verdict(self, key: TargetKey) -> Verdict | _Unknown:
+    def verdict(self, key: TargetKey) -> PutCheck | Unknown:
         """The remembered verdict, or UNKNOWN when there is none that is fresh."""
         if not self.needs_probe(key.destination):
-            return None
+            return PASSES
         entry = self._verdicts.get(key)
         if entry is None:
             return UNKNOWN
@@ -89,13 +89,13 @@ class TargetChecks:
             return UNKNOWN
         return verdict
 
-    def remember(self, key: TargetKey, verdict: Verdict, ttl_s: float | None = None) -> None:
+    def remember(self, key: TargetKey, verdict: PutCheck, ttl_s: float | None = None) -> None:
         self._verdicts[key] = (self.clock() + (self.ttl_s if ttl_s is None else ttl_s), verdict)
         if len(self._verdicts) > 10_000:  # many users x many targets: drop the stale ones
             now = self.clock()
             self._verdicts = {k: v for k, v in self._verdicts.items() if v[0] > now}
 
-    def judge(self, key: TargetKey) -> Verdict:
+    def judge(self, key: TargetKey) -> PutCheck:
         """Run the probe for ``key`` (blocking) and remember its answer; a probe that cannot
         tell lets sends through for a short while."""
         try:
@@ -103,13 +103,12 @@ class TargetChecks:
         except BrokerUnavailable as exc:
             self._log.warning("target not checked", destination=key.destination,
                               login=key.login, error=str(exc))
-            self.remember(key, None, UNSURE_TTL_S)
-            return None
-        short = verdict is not None and verdict.reason in _SHORT_LIVED
-        self.remember(key, verdict, FULL_TTL_S if short else None)
-        if verdict is not None:
+            self.remember(key, PASSES, UNSURE_TTL_S)
+            return PASSES
+        self.remember(key, verdict, FULL_TTL_S if verdict.changing else None)
+        if verdict.refused is not None:
             self._log.info("target refused", destination=key.destination, login=key.login,
-                           reason=verdict.reason.name, detail=verdict.detail)
+                           reason=verdict.refused.reason.name, detail=verdict.refused.detail)
         return verdict
 
     async def check(self, key: TargetKey) -> None:

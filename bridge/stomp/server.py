@@ -15,7 +15,7 @@ from collections.abc import Callable
 from bridge import logs
 from bridge.config import Endpoint
 from bridge.metrics import RelayStats
-from bridge.staging.targets import TargetChecks, TargetKey
+from bridge.staging.targets import PASSES, TargetChecks, TargetKey
 from bridge.stomp.session import Interceptor, Output, Session, State
 
 # A peer that agreed to heart-beat every N ms is declared dead after N * this of silence.
@@ -171,7 +171,7 @@ class ClientLink(asyncio.Protocol):
             await checks.check(key)
         except Exception as exc:  # never leave the client's frames held
             self.log.error("target check failed", destination=key.destination, error=repr(exc))
-            checks.remember(key, None, 1.0)
+            checks.remember(key, PASSES, 1.0)
         self._checking = None
         gone = self._closing
         self._apply(self.session.resume())

@@ -32,7 +32,13 @@ def bridge(
 ) -> Iterator[BridgeProcess]:
     """One bridge per broker, shared by the tests that only relay traffic."""
     log = tmp_path_factory.mktemp("bridge") / f"{broker.name}.log"
-    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}", log).start()
+    extra = []
+    if broker.management_url:  # RabbitMQ: queue length limits are seen through it
+        extra = ["--upstream-management",
+                 broker.management_url.replace("://", "://guest:guest@", 1)]
+    proc = BridgeProcess(
+        broker.name, f"{broker.stomp_host}:{broker.stomp_port}", log, extra=extra
+    ).start()
     yield proc
     code = proc.stop()
     assert code == 0, f"bridge exited {code} on SIGTERM; log:\n{proc.log()}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pika
 import pytest
 
 from tests.integration.bridgeproc import BridgeProcess
@@ -82,3 +83,46 @@ def test_a_delayed_send_to_a_queue_that_does_not_exist_is_refused(
     assert error.headers["message"].startswith("MQRC_UNKNOWN_OBJECT_NAME"), error.headers
     assert error.headers["reason-code"] == "2085"
     assert error.headers["receipt-id"] == "r1"
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_a_delayed_send_to_a_full_queue_or_one_too_small_for_it_is_refused(
+    broker: Broker, bridge: BridgeProcess, queue: str
+) -> None:
+    """Queues whose length limits refuse publishes (overflow reject-publish), seen through the
+    management API (the shared RabbitMQ bridge has --upstream-management)."""
+    full, small = f"{queue}-full", f"{queue}-small"
+    amqp = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
+    ch = amqp.channel()
+    ch.queue_declare(full, durable=True,
+                     arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.basic_publish("", full, b"the one it holds")
+    ch.queue_declare(small, durable=True,
+                     arguments={"x-max-length-bytes": 100, "x-overflow": "reject-publish"})
+    amqp.close()
+
+    def refusal(destination: str, body: str) -> dict[str, str]:
+        conn, sent = connect(bridge.stomp_port, broker.user, broker.password)
+        conn.send(destination, body, headers={"x-delay": "60000", "receipt": "r1"})
+        error = sent.wait_error(10)
+        assert error is not None, f"no ERROR for a delayed send to {destination}"
+        assert error.headers["receipt-id"] == "r1"
+        return dict(error.headers)
+
+    is_full = refusal(f"/amq/queue/{full}", "one more")
+    assert is_full["message"].startswith("MQRC_Q_FULL"), is_full
+    assert is_full["reason-code"] == "2053"
+    too_big = refusal(f"/amq/queue/{small}", "x" * 200)
+    assert too_big["message"].startswith("MQRC_MSG_TOO_BIG_FOR_Q"), too_big
+    assert too_big["reason-code"] == "2030"
+
+    reader, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+    reader.subscribe(f"/amq/queue/{small}", id="s", ack="auto")
+    conn, sent = connect(bridge.stomp_port, broker.user, broker.password)
+    conn.send(f"/amq/queue/{small}", "y" * 50, headers={"x-delay": "300", "receipt": "r2"})
+    assert sent.wait_receipt("r2"), sent.wait_error(0.1)
+    got = inbox.take(1, timeout=10)
+    conn.disconnect()
+    reader.disconnect()
+    assert [f.body for f in got] == ["y" * 50]
+    print(f"rabbitmq: {is_full['message']} / {too_big['message']}")

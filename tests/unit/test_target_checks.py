@@ -7,11 +7,14 @@ import threading
 
 import pytest
 
+from adapters.base import PutCheck
+from adapters.rabbitmq import queue_check
 from bridge.errors import BrokerUnavailable, Refused
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
 from bridge.staging.targets import (
     FULL_TTL_S,
+    PASSES,
     UNKNOWN,
     UNSURE_TTL_S,
     TargetChecks,
@@ -23,7 +26,7 @@ from policies.delay import DelayConfig
 from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_Q_FULL
 
 NOW = 1_800_000_000_000
-NO = Refused(MQRC_NOT_AUTHORIZED, "/topic/secret: the broker says no")
+NO = PutCheck(Refused(MQRC_NOT_AUTHORIZED, "/topic/secret: the broker says no"))
 
 
 class Clock:
@@ -35,18 +38,18 @@ class Clock:
 
 
 class Probe:
-    """Answers from a table (destination -> verdict or exception), counting calls."""
+    """Answers from a table (destination -> check or exception), counting calls."""
 
-    def __init__(self, answers: dict[str, Refused | None | Exception]) -> None:
+    def __init__(self, answers: dict[str, PutCheck | Exception]) -> None:
         self.answers = answers
         self.calls: list[TargetKey] = []
 
-    def __call__(self, key: TargetKey) -> Refused | None:
+    def __call__(self, key: TargetKey) -> PutCheck:
         self.calls.append(key)
         answer = self.answers[key.destination]
-        if isinstance(answer, BrokerUnavailable):
+        if isinstance(answer, Exception):
             raise answer
-        return answer  # type: ignore[return-value]
+        return answer
 
 
 def key(destination: str, login: str = "app", passcode: str = "pw") -> TargetKey:
@@ -57,25 +60,27 @@ def key(destination: str, login: str = "app", passcode: str = "pw") -> TargetKey
 
 def test_verdicts_are_remembered_for_their_ttl() -> None:
     clock = Clock()
-    probe = Probe({"/topic/secret": NO, "/topic/open": None})
+    probe = Probe({"/topic/secret": NO, "/topic/open": PASSES})
     checks = TargetChecks(probe, ttl_s=30, clock=clock)
     assert checks.verdict(key("/topic/secret")) is UNKNOWN
     assert checks.judge(key("/topic/secret")) is NO
-    assert checks.judge(key("/topic/open")) is None
+    assert checks.judge(key("/topic/open")) is PASSES
     clock.t += 29
     assert checks.verdict(key("/topic/secret")) is NO
-    assert checks.verdict(key("/topic/open")) is None
+    assert checks.verdict(key("/topic/open")) is PASSES
     clock.t += 1
     assert checks.verdict(key("/topic/secret")) is UNKNOWN
     assert len(probe.calls) == 2
 
 
-def test_a_full_queue_is_asked_again_soon() -> None:
+@pytest.mark.parametrize("refused", [True, False])
+def test_what_depends_on_how_full_a_queue_is_is_asked_again_soon(refused: bool) -> None:
     clock = Clock()
     full = Refused(MQRC_Q_FULL, "/queue/q: the broker says Usage Manager Memory Limit reached")
-    checks = TargetChecks(Probe({"/queue/q": full}), ttl_s=30, clock=clock)
-    assert checks.judge(key("/queue/q")) is full
-    assert checks.verdict(key("/queue/q")) is full
+    check = PutCheck(full if refused else None, max_body_bytes=100, changing=True)
+    checks = TargetChecks(Probe({"/queue/q": check}), ttl_s=30, clock=clock)
+    assert checks.judge(key("/queue/q")) is check
+    assert checks.verdict(key("/queue/q")) is check
     clock.t += FULL_TTL_S
     assert checks.verdict(key("/queue/q")) is UNKNOWN
 
@@ -90,8 +95,8 @@ def test_one_verdict_per_user_whatever_the_passcode() -> None:
 def test_a_probe_that_cannot_tell_lets_sends_through_briefly() -> None:
     clock = Clock()
     checks = TargetChecks(Probe({"/topic/x": BrokerUnavailable("no AMQP")}), clock=clock)
-    assert checks.judge(key("/topic/x")) is None
-    assert checks.verdict(key("/topic/x")) is None
+    assert checks.judge(key("/topic/x")) is PASSES
+    assert checks.verdict(key("/topic/x")) is PASSES
     clock.t += UNSURE_TTL_S
     assert checks.verdict(key("/topic/x")) is UNKNOWN
 
@@ -99,7 +104,7 @@ def test_a_probe_that_cannot_tell_lets_sends_through_briefly() -> None:
 def test_destinations_the_staging_send_covers_are_not_probed() -> None:
     probe = Probe({})
     checks = TargetChecks(probe, needs_probe=lambda d: not d.startswith("/queue/"))
-    assert checks.verdict(key("/queue/a")) is None
+    assert checks.verdict(key("/queue/a")) is PASSES
     assert probe.calls == []
 
 
@@ -107,7 +112,7 @@ def test_concurrent_checks_of_one_key_share_one_probe() -> None:
     release = threading.Event()
     calls: list[TargetKey] = []
 
-    def slow_probe(k: TargetKey) -> Refused | None:
+    def slow_probe(k: TargetKey) -> PutCheck:
         calls.append(k)
         release.wait(5)
         return NO
@@ -146,7 +151,7 @@ def commands(chunks: list[bytes]) -> list[tuple[str, str | None]]:
 
 
 def test_frames_after_a_checked_send_wait_for_it_and_keep_their_order() -> None:
-    checks = TargetChecks(Probe({"/topic/open": None}))
+    checks = TargetChecks(Probe({"/topic/open": PASSES}))
     s = session(checks)
     before = send("/queue/a", ("seq", "1"))
     delayed = send("/topic/open", ("x-delay", "5000"), ("receipt", "r2"))
@@ -190,7 +195,7 @@ def test_a_refused_target_reaches_the_client_after_the_check() -> None:
 
 
 def test_a_second_check_among_held_frames_holds_the_rest_again() -> None:
-    checks = TargetChecks(Probe({"/topic/one": None, "/topic/two": None}))
+    checks = TargetChecks(Probe({"/topic/one": PASSES, "/topic/two": PASSES}))
     s = session(checks)
     first = send("/topic/one", ("x-delay", "5000"))
     second = send("/topic/two", ("x-delay", "5000"))
@@ -207,7 +212,7 @@ def test_a_second_check_among_held_frames_holds_the_rest_again() -> None:
 
 
 def test_a_malformed_frame_behind_a_held_send_is_reported_after_it() -> None:
-    checks = TargetChecks(Probe({"/topic/open": None}))
+    checks = TargetChecks(Probe({"/topic/open": PASSES}))
     s = session(checks)
     out = s.from_client(send("/topic/open", ("x-delay", "5000")) + b"BOGUS\n\n\x00")
     assert out.check is not None and out.close is None
@@ -224,3 +229,56 @@ def test_undelayed_sends_never_wait_for_a_check(destination: str) -> None:
     raw = send(destination)
     assert s.from_client(raw).to_broker == [raw]
     assert probe.calls == []
+
+
+def test_a_body_larger_than_the_target_takes_is_refused_and_a_smaller_one_staged() -> None:
+    checks = TargetChecks(Probe({"/queue/small": PutCheck(max_body_bytes=10, changing=True)}))
+    checks.judge(key("/queue/small"))
+    big = session(checks).from_client(serialize("SEND", [
+        ("destination", "/queue/small"), ("x-delay", "5000"), ("content-length", "11")],
+        b"x" * 11))
+    assert big.close is not None and b"MQRC_MSG_TOO_BIG_FOR_Q" in big.to_client[0]
+    assert b"at most 10 bytes" in big.to_client[0]
+    small = session(checks).from_client(serialize("SEND", [
+        ("destination", "/queue/small"), ("x-delay", "5000"), ("content-length", "10")],
+        b"x" * 10))
+    assert small.close is None and commands(small.to_broker) == [
+        ("SEND", "/amq/queue/jms-bridge.staging.L12")]
+
+
+# -- RabbitMQ: what a queue's management view says of its limits --------------------------------
+
+def info(
+    arguments: object = None, policy: object = None, ready_bytes: int = 0
+) -> dict[str, object]:
+    return {"arguments": arguments or {}, "effective_policy_definition": policy or [],
+            "message_bytes_ready": ready_bytes}
+
+
+LIMITED = True  # the answer depends on how full the queue is
+
+
+@pytest.mark.parametrize(("view", "ready", "reason", "max_bytes", "changing"), [
+    (info(), 5, None, None, False),  # no limits
+    (info({"x-max-length": 1}), 5, None, None, False),  # drop-head: never refuses
+    (info({"x-max-length": 3, "x-overflow": "reject-publish"}), 2, None, None, LIMITED),
+    (info({"x-max-length": 3, "x-overflow": "reject-publish"}), 3, "MQRC_Q_FULL", None, LIMITED),
+    (info({"x-overflow": "reject-publish-dlx"}, {"max-length": 2}), 2, "MQRC_Q_FULL", None,
+     LIMITED),
+    (info({"x-max-length": 9}, {"max-length": 2, "overflow": "reject-publish"}), 2,
+     "MQRC_Q_FULL", None, LIMITED),  # the lower limit holds
+    (info({"x-overflow": "drop-head"}, {"max-length": 1, "overflow": "reject-publish"}), 4,
+     None, None, False),  # the argument's overflow beats the policy's
+    (info({"x-max-length-bytes": 100, "x-overflow": "reject-publish"}, ready_bytes=99), 1,
+     None, 100, LIMITED),
+    (info({"x-max-length-bytes": 100, "x-overflow": "reject-publish"}, ready_bytes=100), 1,
+     "MQRC_Q_FULL", 100, LIMITED),
+])
+def test_rabbitmq_queue_limits(
+    view: dict[str, object], ready: int, reason: str | None, max_bytes: int | None,
+    changing: bool,
+) -> None:
+    check = queue_check("/queue/q", view, ready)
+    assert (check.refused.reason.name if check.refused else None) == reason
+    assert check.max_body_bytes == max_bytes
+    assert check.changing == changing
