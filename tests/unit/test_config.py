@@ -38,6 +38,11 @@ def test_amqp_url_with_vhost() -> None:
     assert s.upstream_amqp == Endpoint("127.0.0.1", 5672, "guest", "gu@st", "/")
 
 
+def test_management_url() -> None:
+    s = resolve({}, environ={"JMS_BRIDGE_UPSTREAM_MANAGEMENT": "http://mon:pw@10.0.0.5:15672"})
+    assert s.upstream_management == Endpoint("10.0.0.5", 15672, "mon", "pw")
+
+
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
@@ -51,6 +56,11 @@ def test_amqp_url_with_vhost() -> None:
         (
             {"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"},
             ["only for --broker rabbitmq"],
+        ),
+        ({"upstream-management": "https://h:1"}, ["upstream-management", "http://"]),
+        (
+            {"broker": "activemq", "upstream-management": "http://a:b@h:1"},
+            ["upstream-management", "only for --broker rabbitmq"],
         ),
     ],
 )
