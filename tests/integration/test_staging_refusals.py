@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pika
@@ -19,33 +20,42 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def refused_target(broker: Broker) -> tuple[str, str]:
-    """A destination that will refuse the release, and the reason expected.
+def refused_target(broker: Broker, queue: str) -> tuple[str, Callable[[], None]]:
+    """A destination that passes the send-time check and is gone when the message is due, and
+    what makes it go.
 
     RabbitMQ: ``/amq/queue/<q>`` of a queue deleted before the message is due (the mandatory
-    publish comes back unroutable). ActiveMQ: the temporary queue of a connection that is gone
-    (``/remote-temp-queue/``, a reply-to): ERROR DestinationDoesNotExistException."""
+    publish comes back unroutable). ActiveMQ: the temporary queue of a connection (as another
+    connection sees it in a reply-to, ``/remote-temp-queue/...``) that closes before the message
+    is due: ERROR DestinationDoesNotExistException."""
     if broker.name == "rabbitmq":
         name = f"jbt-gone-{uuid.uuid4().hex[:12]}"
         conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
         conn.channel().queue_declare(name, durable=True)
         conn.close()
-        return f"/amq/queue/{name}", name
-    return f"/remote-temp-queue/ID:jbt-gone-{uuid.uuid4().hex[:12]}-1:1:1", ""
 
+        def delete() -> None:
+            conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
+            conn.channel().queue_delete(name)
+            conn.close()
 
-def delete_queue(broker: Broker, name: str) -> None:
-    if name:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
-        conn.channel().queue_delete(name)
-        conn.close()
+        return f"/amq/queue/{name}", delete
+    owner, _ = connect(broker.stomp_port, broker.user, broker.password)
+    reader, inbox = connect(broker.stomp_port, broker.user, broker.password)
+    reader.subscribe(f"/queue/{queue}-replies", id="r", ack="auto")
+    owner.send(f"/queue/{queue}-replies", "?", headers={"reply-to": "/temp-queue/jbt-gone"})
+    [request] = inbox.take(1, timeout=10)
+    reader.disconnect()
+    temporary = request.headers["reply-to"]
+    assert temporary.startswith("/remote-temp-queue/"), temporary
+    return temporary, owner.disconnect
 
 
 def test_a_refused_target_goes_to_the_undeliverable_queue_without_a_reconnect(
     broker: Broker, tmp_path: Path, queue: str
 ) -> None:
     dest = broker.queue_destination(queue)
-    bad, bad_queue = refused_target(broker)
+    bad, make_it_go = refused_target(broker, queue)
     with private_bridges(broker, tmp_path) as (layout, (bridge,)):
         arrivals, inbox = connect(broker.stomp_port, broker.user, broker.password)
         arrivals.subscribe(dest, id="arrivals", ack="auto")
@@ -57,7 +67,7 @@ def test_a_refused_target_goes_to_the_undeliverable_queue_without_a_reconnect(
         assert sent.wait_receipt("r4"), sent.wait_error(0.1)
         conn.disconnect()
         reconnects = bridge.metric("jms_bridge_staging_reconnects_total")
-        delete_queue(broker, bad_queue)
+        make_it_go()
 
         got = inbox.take(4, timeout=10)
         arrived = now_ms()

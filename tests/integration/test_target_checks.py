@@ -71,13 +71,15 @@ def test_an_allowed_target_is_checked_once_and_frames_keep_their_order(
     assert elapsed >= 1.5
 
 
-@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
 def test_a_delayed_send_to_a_queue_that_does_not_exist_is_refused(
     broker: Broker, bridge: BridgeProcess, queue: str
 ) -> None:
-    """RabbitMQ's /amq/queue/ names a queue that must exist (ActiveMQ creates queues on use)."""
+    """RabbitMQ's /amq/queue/ names a queue that must exist; ActiveMQ creates queues on use,
+    but not another connection's temporary queue once that connection is gone."""
+    missing = (f"/amq/queue/{queue}" if broker.name == "rabbitmq"
+               else f"/remote-temp-queue/ID:{queue}-gone-1:1:1")
     conn, sent = connect(bridge.stomp_port, broker.user, broker.password)
-    conn.send(f"/amq/queue/{queue}", "lost", headers={"x-delay": "60000", "receipt": "r1"})
+    conn.send(missing, "lost", headers={"x-delay": "60000", "receipt": "r1"})
     error = sent.wait_error(10)
     assert error is not None
     assert error.headers["message"].startswith("MQRC_UNKNOWN_OBJECT_NAME"), error.headers
