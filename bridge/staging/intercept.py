@@ -70,8 +70,8 @@ class DelayInterceptor:
     def client_frame(self, frame: Frame, session: Session) -> bytes:
         raw = frame.raw
         # Only the header section can name a header: never search the body (it can be large,
-        # and its bytes can make a substring search slow). The body ends just before the NUL.
-        end = len(raw) - len(frame.body) - 1
+        # and its bytes can make a substring search slow).
+        end = frame.body_at
         if raw.find(self._prefix, 0, end) >= 0:
             self._guard(frame)
         if frame.command != "SEND":
@@ -120,11 +120,11 @@ class DelayInterceptor:
             if verdict.refused is not None:
                 raise Refused(verdict.refused.reason, verdict.refused.detail)
             limit = verdict.max_body_bytes
-            if limit is not None and len(frame.body) > limit:
+            if limit is not None and frame.body_length > limit:
                 raise Refused(
                     MQRC_MSG_TOO_BIG_FOR_Q,
                     f"{destination} takes messages of at most {limit} bytes; "
-                    f"this one has {len(frame.body)}",
+                    f"this one has {frame.body_length}",
                 )
         queue = self.layout.queue_for(delayed.due_ms - now)
         staged = staged_headers(

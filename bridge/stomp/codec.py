@@ -391,7 +391,7 @@ class FrameParser:
             frame = new(Frame)
             frame.command = commands[command_bytes]
             frame.raw = data[pos : end + 1]
-            frame.body = data[body_start:end]
+            frame.body_at = body_start - pos
             frame._headers = None
             if escaped:
                 frame._lazy = self._escaped_decoder(frame.command, block)
@@ -457,7 +457,7 @@ class FrameParser:
             frame = new(Frame)
             frame.command = command
             frame.raw = data[pos : end + 1]
-            frame.body = data[body_start:end]
+            frame.body_at = body_start - pos
             frame._headers = None
             args = unescaped if command in UNESCAPED_COMMANDS else escaped
             frame._lazy = (decode_headers, (data[lf + 1 : head_end], *args))
@@ -672,7 +672,7 @@ class FrameParser:
         frame = _new_frame(Frame)
         frame.command = command
         frame.raw = data[pos : end + 1]
-        frame.body = data[body_start:end]
+        frame.body_at = body_start - pos
         frame._headers = headers
         frame._lazy = lazy
         return frame

@@ -48,13 +48,14 @@ NEED_DATA = NeedData()
 
 
 class Frame:
-    """One STOMP frame: ``raw`` is the exact wire bytes (command through NUL)."""
+    """One STOMP frame: ``raw`` is the exact wire bytes (command through NUL); the body is the
+    part of it from ``body_at`` to the NUL, copied out only when someone reads ``body``."""
 
-    __slots__ = ("command", "raw", "body", "_headers", "_lazy")
+    __slots__ = ("command", "raw", "body_at", "_headers", "_lazy")
 
     command: str
     raw: bytes
-    body: bytes
+    body_at: int  # where the body starts in ``raw``: the command and headers are raw[:body_at]
     _headers: Headers | None
     _lazy: LazyHeaders | None
 
@@ -71,8 +72,16 @@ class Frame:
         self.command = command
         self._headers = [(str(k), str(v)) for k, v in items]
         self._lazy = None
-        self.body = body
         self.raw = serialize(command, self._headers, body, version=version)
+        self.body_at = len(self.raw) - len(body) - 1
+
+    @property
+    def body(self) -> bytes:
+        return self.raw[self.body_at : -1]
+
+    @property
+    def body_length(self) -> int:
+        return len(self.raw) - self.body_at - 1
 
     @property
     def headers(self) -> Headers:
