@@ -142,7 +142,7 @@ class StagingBroker(Protocol):
 
     def staging_checks(self, destination: str) -> bool:
         """Whether the broker's checks of a send to a staging queue already cover a send to
-        ``destination`` (then ``try_put`` has nothing to add)."""
+        ``destination`` (then ``check_put`` has nothing to add)."""
 
     def browse(self, queue: str) -> Iterator[Message]:
         """Every message of ``queue`` now, head first, without consuming any (tools only)."""
