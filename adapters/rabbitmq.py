@@ -61,6 +61,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from adapters import pika_writes
 from adapters.base import (
     PER_DELIVERY,
     Held,
@@ -81,6 +82,8 @@ from policies.reasons import (
     MQRC_UNKNOWN_OBJECT_NAME,
     Reason,
 )
+
+pika_writes.coalesce()
 
 # STOMP header -> BasicProperties attribute, in rabbit_stomp_util's order.
 STRING_PROPERTIES = (
