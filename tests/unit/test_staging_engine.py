@@ -19,7 +19,14 @@ from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message
 from bridge.staging import envelope
-from bridge.staging.engine import INVALID_QUEUE, INVALID_REASON, STREAM_MAX_MS, Engine
+from bridge.staging.engine import (
+    HORIZON_MS,
+    INVALID_QUEUE,
+    INVALID_REASON,
+    LEAD_MS,
+    STREAM_MAX_MS,
+    Engine,
+)
 from bridge.staging.levels import MAX_LEVEL, Layout
 from bridge.staging.stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION
@@ -119,22 +126,21 @@ LEVEL_PREFETCH = 100
 
 
 def expected_hops(delay_ms: int, broker_name: str = "rabbitmq") -> int:
-    """Hops of a message staged with ``delay_ms`` when every exit is met on time: down one level
-    per set bit, plus one to the ready queue when the last level leaves time to go. Where a
-    peek gives the next message (RabbitMQ), that last one is not a hop: the engine holds the
-    level's message for release itself, as it does on any broker for a streamed level."""
+    """Hops of a message staged with ``delay_ms`` when every head is taken on time: at its exit,
+    or LEAD_MS before it on a streamed level, down to the queue for the time it has left then.
+    A head is not hopped but held for release when less than the horizon is left (plus the
+    lead, on a streamed level). A peeked head is held only where a peek gives the next message
+    (RabbitMQ); on ActiveMQ it goes to the ready queue, one hop more."""
     remaining, hops = delay_ms, 0
     queue = LAYOUT.queue_for(remaining)
     while queue != LAYOUT.ready:
-        remaining -= LAYOUT.dwell_of(queue) or 0
-        if remaining <= 0:
+        dwell = LAYOUT.dwell_of(queue) or 0
+        streamed = dwell <= STREAM_MAX_MS
+        lead = LEAD_MS if streamed else 0
+        remaining -= dwell - lead
+        if (streamed or broker_name != "activemq") and remaining < HORIZON_MS + lead:
             break
-        left = queue
         queue = LAYOUT.queue_for(remaining)
-        if queue == LAYOUT.ready and (
-            broker_name != "activemq" or (LAYOUT.dwell_of(left) or 0) <= STREAM_MAX_MS
-        ):
-            break
         hops += 1
     return hops
 
@@ -173,9 +179,52 @@ def test_one_ms_delay_is_released_at_due_as_the_application_sent_it() -> None:
     assert broker.held_count == 0 and broker.depth(LAYOUT.ready) == 0
 
 
+def test_streamed_level_head_is_taken_the_lead_early_and_held_to_its_due_time() -> None:
+    """5 s waits on the 4,096 ms level; 512 ms before it exits, 1,416 ms are left: under the
+    horizon plus the lead, so it is held, not hopped, and released at exactly its due time."""
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, stats, _ = engine_for(broker, clock, lead_ms=512)
+    message_id = stage(broker, delay_ms=5_000, now=T0)
+    assert LAYOUT.queue_for(5_000) == LAYOUT.level(12)
+
+    engine.step(T0 + 4_096 - 513)
+    assert not engine._heap, "not taken before its exit less the lead"
+    engine.step(T0 + 4_096 - 512)
+    assert [due for due, *_ in engine._heap] == [T0 + 5_000] and stats.hops == 0
+
+    drive(engine, clock, T0 + 6_000)
+    assert releases(broker) == {message_id: [T0 + 5_000]}
+    assert stats.hops == 0 and broker.held_count == 0
+
+
+def test_streamed_head_taken_early_with_more_than_the_horizon_left_hops_down() -> None:
+    """8 s + 3 s: taken from the 8,192 ms level 512 ms early, 3,512 ms are left: it goes to
+    the 2,048 ms level (the largest dwell that fits), and is still released on time."""
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, stats, _ = engine_for(broker, clock, lead_ms=512)
+    message_id = stage(broker, delay_ms=11_192, now=T0)
+
+    drive(engine, clock, T0 + 8_192 - 512)
+    assert stats.hops == 1
+    [(_, destination, _)] = [p for p in broker.published if p[1] != TARGET]
+    assert destination == broker.client_destination(LAYOUT.level(11))
+    drive(engine, clock, T0 + 12_000)
+    assert releases(broker) == {message_id: [T0 + 11_192]}
+
+
+def test_a_lead_longer_than_half_the_horizon_is_refused() -> None:
+    clock = Clock()
+    with pytest.raises(ValueError, match="lead_ms"):
+        engine_for(MemoryBroker(clock=clock), clock, lead_ms=513)
+
+
 @pytest.mark.parametrize(
     ("delay_ms", "hops"),
-    [(1_000, 0), (10_000, 1), (3_600_000, 8), (30 * DAY, popcount_hops(30 * DAY))],
+    # 30 days: a head taken LEAD_MS before its exit can have its remainder cross a power of
+    # two, one hop more than the set bits.
+    [(1_000, 0), (10_000, 1), (3_600_000, 8), (30 * DAY, popcount_hops(30 * DAY) + 1)],
     ids=["1s", "10s", "1h", "30d"],
 )
 def test_delay_released_exactly_at_due_after_one_hop_per_set_bit(delay_ms: int, hops: int) -> None:
