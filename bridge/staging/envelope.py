@@ -18,6 +18,9 @@ SENT = PREFIX + "sent"  # epoch ms, when the application sent it
 ENTERED = PREFIX + "entered"  # epoch ms, when it entered the queue it is on now
 EXPIRES = PREFIX + "expires"  # epoch ms, absent = never
 MESSAGE_ID = PREFIX + "message-id"  # the original message id
+# On the released message: its due time, epoch ms (what JMS 2.0 calls its JMSDeliveryTime: the
+# time the bridge took the SEND plus the delay, or the JMSDeliveryTime it asked for).
+DELIVERY_TIME = PREFIX + "delivery-time"
 CORRELATION_ID = PREFIX + "correlation-id"  # the application's own correlation id, if it set one
 TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"
 ORIGINAL_TTL = PREFIX + "ttl-value"  # its value as sent
@@ -147,13 +150,15 @@ def hop_headers(headers: dict[str, str], *, now_ms: int) -> dict[str, str]:
 
 def released_headers(headers: dict[str, str], *, broker: str, now_ms: int) -> dict[str, str]:
     """The headers of the message put to its target: the application's message as it sent it,
-    with its original message id and correlation id and the TTL that remains."""
+    with its original message id and correlation id, its delivery time and the TTL that
+    remains."""
     out = {
         n: v for n, v in headers.items()
         if not n.startswith(PREFIX) and n not in FRAME_ONLY and n != "correlation-id"
     }
     id_header = MESSAGE_ID_HEADER[broker]
     out[MESSAGE_ID] = headers[MESSAGE_ID]
+    out[DELIVERY_TIME] = headers[DUE]
     if id_header:
         out[id_header] = headers[MESSAGE_ID]
     if CORRELATION_ID in headers:

@@ -60,6 +60,7 @@ def test_released_message_is_the_one_sent(bridge: BridgeProcess, broker: Broker,
     ttl = {"expiration": "60000"} if broker.name == "rabbitmq" else {
         "expires": str(now_ms() + 60000)}
     ids = {"amqp-message-id": "ORIG-1"} if broker.name == "rabbitmq" else {}
+    sent = now_ms()
     conn.send(dest, body, headers={"x-delay": "700", "app": "a:b\\c\u00e9", "correlation-id":
                                    "APP-CORR", "persistent": "true", "priority": "7",
                                    "content-type": "application/octet-stream", **ttl, **ids})
@@ -77,7 +78,10 @@ def test_released_message_is_the_one_sent(bridge: BridgeProcess, broker: Broker,
         assert 0 < int(h["expiration"]) <= 60000 - 700  # the TTL still counts from the send
     else:
         assert h["expires"] == ttl["expires"]
-    assert not [k for k in h if k.startswith("jms-bridge-") and k != "jms-bridge-message-id"]
+    # The due time the bridge gave it: its send, as the bridge read it, plus the delay.
+    assert sent + 700 <= int(h["jms-bridge-delivery-time"]) <= sent + 700 + 1000
+    assert not [k for k in h if k.startswith("jms-bridge-")
+                and k not in ("jms-bridge-message-id", "jms-bridge-delivery-time")]
 
 
 @pytest.mark.parametrize(

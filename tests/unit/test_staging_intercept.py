@@ -157,7 +157,9 @@ def test_release_restores_the_message_the_application_sent() -> None:
     assert released["amqp-message-id"] == "M1" and released["correlation-id"] == "C"
     assert released["expiration"] == str(10000 - 3004)  # the TTL still counts from the send
     assert released["app"] == "v" and released["priority"] == "7"
-    assert not any(k.startswith("jms-bridge-") and k != envelope.MESSAGE_ID for k in released)
+    assert released[envelope.DELIVERY_TIME] == str(NOW + 3000)
+    assert not any(k.startswith("jms-bridge-") and k not in (envelope.MESSAGE_ID,
+                   envelope.DELIVERY_TIME) for k in released)
     assert "destination" not in released and "receipt" not in released
 
 
