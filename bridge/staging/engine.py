@@ -62,9 +62,16 @@ STREAM_MAX_MS = 1 << 16
 # that work spreads over the time before the exits. A head taken early goes to the queue for the
 # time it has left then, or is held for release when that is under HORIZON_MS + LEAD_MS.
 LEAD_MS = 1 << (MIN_LEVEL - 1)
-# Moves of streamed heads gathered before the engine looks whether a held message has come due
-# (then it settles what it has and releases first).
+# Streamed heads are taken off their buffers (no I/O) and sorted at once: those to hold go to the
+# release heap, those to hop wait in a queue of their own, and the hops are settled with the
+# releases, SLICE of them when a release is due within SOON_MS, else up to the batch. A hop's
+# next queue is chosen when it is settled, from the time left then: one that waited so long
+# that it is due within the horizon is held instead. So a burst of exits never keeps a release
+# waiting, and the longer hops wait, the fewer of them are needed.
 SLICE = 16
+SOON_MS = 5
+# Heads taken between two looks at whether a held message has come due.
+CHECK_EVERY = 64
 INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the invalid queue
 INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
 # Why a message could not be put to its target when due (on the undeliverable queue).
@@ -178,6 +185,8 @@ class Engine:
         self._heap: list[tuple[int, int, Held, Staged]] = []  # (due, seq, held, staged)
         self._seq = itertools.count()
         self._pending: list[_Work] = []  # found by poll, settled with the next releases
+        # Streamed heads to hop, in the order taken; their next queue is chosen when settled.
+        self._hops: collections.deque[tuple[Held, Staged]] = collections.deque()
         self._next_look: dict[str, int] = {}  # level queue -> epoch ms; absent = look now
         self._connected = False
         self._connected_at = 0
@@ -297,6 +306,7 @@ class Engine:
         self._connected = False
         self._heap.clear()
         self._pending.clear()
+        self._hops.clear()
         self._next_look.clear()
         for buffer in self._buffers.values():
             buffer.clear()
@@ -311,7 +321,7 @@ class Engine:
 
     def _until_next_ms(self, now_ms: int) -> int:
         soonest = now_ms + self._idle_ms
-        if self._pending:
+        if self._pending or self._hops:
             return 0
         if self._heap:
             soonest = min(soonest, self._heap[0][0])
@@ -341,7 +351,9 @@ class Engine:
         for queue, buffer in self._buffers.items():  # heads in memory: no round trip
             dwell = self._dwell[queue]
             while buffer and buffer[0][0] <= now_ms:
-                if taken >= self.batch or (len(work) >= SLICE and self._ready_due()):
+                if taken >= self.batch or (
+                    taken % CHECK_EVERY == CHECK_EVERY - 1 and self._ready_due()
+                ):
                     more = True
                     break
                 _, head = buffer.popleft()
@@ -352,8 +364,13 @@ class Engine:
                     assert item.staged is not None
                     heapq.heappush(self._heap, (item.staged.due_ms, next(self._seq), head,
                                                 item.staged))
+                elif item.kind is _Kind.HOP:
+                    assert item.staged is not None
+                    self._hops.append((head, item.staged))
                 else:
                     work.append(item)
+        work += self._take_hops()
+        more = more or bool(self._hops)
         for i, (_, queue) in enumerate(due_levels):
             # Peeks take time (a wait, on ActiveMQ, when a level is empty): once one level is
             # done, a ready message come due meanwhile goes first and the rest wait a step.
@@ -390,6 +407,26 @@ class Engine:
                 more = True
         self._settle(work, now_ms)
         return more
+
+    def _take_hops(self) -> list[_Work]:
+        """The hop moves to settle now, their queues chosen for the time left now: SLICE of
+        them when a release is due within SOON_MS, else up to the batch. A head with less than
+        the horizon (and the lead) left by now is held instead."""
+        hops = self._hops
+        if not hops:
+            return []
+        now_ms = self.clock()
+        heap = self._heap
+        limit = SLICE if heap and heap[0][0] - now_ms <= SOON_MS else self.batch
+        out: list[_Work] = []
+        hold_under = HORIZON_MS + self.lead_ms
+        while hops and len(out) < limit:
+            held, staged = hops.popleft()
+            if staged.due_ms - now_ms < hold_under:
+                heapq.heappush(heap, (staged.due_ms, next(self._seq), held, staged))
+            else:
+                out.append(self._hop(held, staged, now_ms))
+        return out
 
     def _ready_due(self) -> bool:
         """Whether a held ready message has come due while the levels were being looked at."""
