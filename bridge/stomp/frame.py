@@ -164,6 +164,11 @@ def serialize(
         raise ValueError(f"bad STOMP command {command!r}")
     items = headers.items() if isinstance(headers, Mapping) else headers
     escaped = command not in UNESCAPED_COMMANDS
+    if escaped and version != "1.0":
+        head, has_length = _escaped_head(command, list(items), version)
+        if not has_length and b"\0" in body:
+            raise ValueError("a body containing NUL needs a content-length header")
+        return b"".join((head.encode(), body, b"\0"))
     parts = [command, "\n"]
     has_length = False
     for name, value in items:
@@ -181,6 +186,28 @@ def serialize(
     if not has_length and b"\0" in body:
         raise ValueError("a body containing NUL needs a content-length header")
     return b"".join(("".join(parts).encode(), body, b"\0"))
+
+
+def _escaped_head(
+    command: str, items: list[tuple[str, str]], version: str | None
+) -> tuple[str, bool]:
+    """The head of a frame whose headers are escaped (STOMP 1.1 and 1.2), and whether it has a
+    content-length: every name and value escaped in a few passes over one string (joined with
+    NUL, which no header may hold) instead of a call each; the same text ``escape`` gives."""
+    texts = [text for item in items for text in item]
+    blob = "\0".join(texts)
+    if blob.count("\0") != max(len(texts) - 1, 0):
+        raise ValueError("a STOMP header cannot contain NUL")
+    names = texts[::2]
+    if not all(names):
+        raise ValueError("a STOMP header name cannot be empty")
+    blob = blob.replace("\\", "\\\\")
+    if version != "1.1":
+        blob = blob.replace("\r", "\\r")
+    blob = blob.replace("\n", "\\n").replace(":", "\\c")
+    escaped = blob.split("\0") if texts else []
+    lines = "\n".join(map(":".join, zip(escaped[::2], escaped[1::2], strict=True)))
+    return f"{command}\n{lines}\n\n" if items else f"{command}\n\n", "content-length" in names
 
 
 def error_frame(
