@@ -212,3 +212,21 @@ def test_activemq_takes_long_property_headers_on_a_delayed_send() -> None:
     out = s.from_client(send([("destination", "/queue/a"), ("x-delay", "10"),
                               ("correlation-id", "y" * 300)]))
     assert out.close is None and len(out.to_broker) == 1
+
+
+def test_message_ids_are_unique_and_a_forked_child_draws_its_own() -> None:
+    import os
+
+    ids = {envelope.new_message_id() for _ in range(10_000)}
+    assert len(ids) == 10_000 and all(i.startswith("ID:jms-bridge-") for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child writes one id and leaves at once
+        os.write(write, envelope.new_message_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 200).decode()
+    os.close(read)
+    mine = envelope.new_message_id()
+    assert child.rpartition("-")[0] != mine.rpartition("-")[0]
