@@ -182,3 +182,38 @@ def test_with_headers_round_trips(
     assert again.body == body
     kept = [(n, v) for n, v in headers if n not in ("x-delay", "x-gone")]
     assert [h for h in again.headers if h[0] not in ("x-delay", "x-gone")] == kept
+
+
+HEADER_TEXT = st.text(alphabet=st.sampled_from(list("ab:\\\n\r\x00é -")), max_size=5)
+
+
+@given(
+    st.sampled_from(["SEND", "MESSAGE", "ERROR", "ACK"]),
+    st.lists(st.tuples(HEADER_TEXT, HEADER_TEXT), max_size=5),
+    st.sampled_from([None, "1.1", "1.2"]),
+)
+def test_serialize_escapes_each_header_as_escape_does(
+    command: str, headers: list[tuple[str, str]], version: str | None
+) -> None:
+    """serialize escapes all headers at once; the result is escape() of each, or the same
+    ValueError."""
+    from bridge.stomp.escaping import escape
+
+    try:
+        expected: bytes | None = "".join(
+            [f"{command}\n"]
+            + [f"{escape(n, version, name=True)}:{escape(v, version)}\n" for n, v in headers
+               if n or _raise_empty()]
+            + ["\n"]
+        ).encode() + b"\x00"
+    except ValueError:
+        expected = None
+    try:
+        got: bytes | None = serialize(command, headers, version=version)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def _raise_empty() -> bool:
+    raise ValueError("empty name")
