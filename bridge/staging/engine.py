@@ -357,7 +357,7 @@ class Engine:
                     more = True
                     break
                 _, head = buffer.popleft()
-                item = self._exit(head, dwell, now_ms, lead_ms=self.lead_ms, can_hold=True)
+                item = self._exit(head, dwell, now_ms, lead_ms=self.lead_ms, streamed=True)
                 assert not isinstance(item, int)
                 taken += 1
                 if item.kind is _Kind.HOLD:
@@ -433,10 +433,12 @@ class Engine:
         return bool(self._heap) and self._heap[0][0] <= self.clock()
 
     def _exit(
-        self, held: Held, dwell: int, now_ms: int, *, lead_ms: int = 0, can_hold: bool = False
+        self, held: Held, dwell: int, now_ms: int, *, lead_ms: int = 0, streamed: bool = False
     ) -> _Work | int:
         """What to do with a level head: a move, or (when it is still waiting) when to look again:
-        its exit time, less ``lead_ms`` (a head may be taken that much early)."""
+        its exit time, less ``lead_ms`` (a head may be taken that much early). A ``streamed``
+        head (delivered by a subscription) can always be held for release, and its HOP is only
+        named: ``_take_hops`` builds it when it is settled."""
         try:
             staged = Staged.of(held.message.headers)
         except (KeyError, ValueError) as error:
@@ -448,11 +450,13 @@ class Engine:
         exit_ms = staged.entered_ms + dwell - lead_ms
         if exit_ms > now_ms:
             return exit_ms
-        if (can_hold or self._peek_advances) and staged.due_ms - now_ms < HORIZON_MS + lead_ms:
+        if (streamed or self._peek_advances) and staged.due_ms - now_ms < HORIZON_MS + lead_ms:
             # Due within the horizon: hold it for release as a ready message would be held,
             # instead of putting it to the ready queue first. One put instead of two; held
             # for under a second, and given back if the connection goes.
             return _Work(_Kind.HOLD, Move(held), staged)
+        if streamed:
+            return _Work(_Kind.HOP, Move(held), staged)
         return self._hop(held, staged, now_ms)
 
     def _hop(self, held: Held, staged: Staged, now_ms: int) -> _Work:
