@@ -107,6 +107,30 @@ def percentile(sorted_values: list[int], q: float) -> int | None:
     return sorted_values[int(rank) - 1]
 
 
+def cpu_idle(interval: float = 1.0) -> float:
+    """The machine's idle share of CPU time over `interval` seconds (/proc/stat)."""
+    def sample() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all
+    idle0, total0 = sample()
+    time.sleep(interval)
+    idle1, total1 = sample()
+    return (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_quiet(what: str, idle: float = 0.85, limit_s: float = 90.0) -> None:
+    """Wait until the machine is mostly idle: a broker still deleting what the part before
+    purged takes CPU from the next part's bridge, and its lateness shows it."""
+    deadline = time.monotonic() + limit_s
+    while (share := cpu_idle()) < idle:
+        if time.monotonic() > deadline:
+            print(f"  warning: the machine is still {1 - share:.0%} busy; starting {what} anyway",
+                  flush=True)
+            return
+        print(f"  waiting for the machine to settle before {what} ({1 - share:.0%} busy)",
+              flush=True)
+
+
 def vm_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -686,6 +710,7 @@ def run_broker(broker_name: str, args: argparse.Namespace, state: dict[str, Any]
             result[part] = {"skipped": "staging queues not empty and --keep-other-staged"}
             continue
         try:
+            wait_quiet(f"{broker_name} part {part}")
             result[part] = PARTS[part](broker_name, args, state)
         except (BenchError, stomp.exception.StompException, pika.exceptions.AMQPError, OSError) as exc:
             print(f"error: {broker_name} part {part}: {type(exc).__name__}: {exc}", file=sys.stderr)
