@@ -613,6 +613,20 @@ class ActiveMQ:
             raise PutRefused(first, activemq_reason(text), text, moves[first].destination or "",
                              also_done=tuple(i for i in done if i > first))
 
+    def _confirm_acks(self) -> None:
+        """Wait for the receipt on the last settle's ACKs (settle itself leaves that to the
+        next settle); BrokerUnavailable if the broker refused one."""
+        acks, self._acks = self._acks, None
+        if acks is None:
+            return
+        try:
+            self._await([acks[0]], "ACK")
+            if len(self._listener.errors) > acks[1]:
+                raise BrokerUnavailable(f"{self._where()}: ACK: {self._listener.errors[-1]}")
+        except BrokerUnavailable:
+            self.close()
+            raise
+
     def publish(self, destination: str, message: Message) -> None:
         """SEND (a BytesMessage) with a receipt and wait for it."""
         conn = self._live()
@@ -705,6 +719,7 @@ class ActiveMQ:
             if then is not None:
                 then(held.message)
             self.settle([Move(held)])
+            self._confirm_acks()  # the tool says it is gone: make sure
             return held.message
         selector = _selector(header, value)
         if selector is None:
