@@ -17,7 +17,6 @@ from pika.adapters.utils import io_services_utils
 JOIN_LIMIT = 256 * 1024
 
 _Transport: Any = getattr(io_services_utils, "_AsyncTransportBase", None)
-_original = getattr(_Transport, "_produce", None)
 
 
 def _join_front(buffers: collections.deque[bytes]) -> None:
@@ -46,7 +45,7 @@ def _produce(self: Any) -> None:
 def coalesce() -> bool:
     """Make pika's transports join queued frames into fewer writes; False when this pika has
     no such transport (then nothing is changed)."""
-    if _Transport is None or _original is None or not hasattr(_Transport, "_sigint_safe_send"):
+    if not all(hasattr(_Transport, name) for name in ("_produce", "_sigint_safe_send")):
         return False
     _Transport._produce = _produce
     return True
