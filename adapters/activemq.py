@@ -374,15 +374,31 @@ class ActiveMQ:
         """The statistics plugin's ``size`` of ``queue`` (messages held by consumers counted);
         0 for a queue the broker does not have. One request and its replies on the statistics
         connection; BrokerUnavailable (and that connection closed) when there is no answer."""
+        return self._sizes(queue, (queue,))[queue]
+
+    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """One statistics request for queues whose names share leading dotted segments (the
+        staging queues): the wildcard ``<those segments>.>`` is answered with one message per
+        queue the broker has. A request per queue otherwise."""
+        names = tuple(dict.fromkeys(queues))
+        scope = _wildcard_scope(names)
+        if scope is None:
+            return {name: self.depth(name) for name in names}
+        return self._sizes(scope + ".>", names)
+
+    def _sizes(self, expression: str, names: Sequence[str]) -> dict[str, int]:
+        """Ask ActiveMQ.Statistics.Destination.<expression> and read its replies to the end of
+        the list: the ``size`` of each of ``names`` answered for, 0 for the rest."""
         conn, inbox = self._statistics()
         with contextlib.suppress(queues.Empty):
             while True:  # leftovers of a request that timed out
                 inbox.get_nowait()
         cid = f"jb-stats-{uuid.uuid4().hex}"
         expires = str(time.time_ns() // 1_000_000 + 60_000)
+        sizes = dict.fromkeys(names, 0)
         try:
             conn.send(
-                STATISTICS + queue, b"",
+                STATISTICS + expression, b"",
                 headers={"reply-to": STATISTICS_REPLY, "correlation-id": cid,
                          STATISTICS_END: "true", "expires": expires},
             )
@@ -395,14 +411,16 @@ class ActiveMQ:
                 if frame.headers.get("correlation-id", cid) != cid:
                     continue
                 values = map_message_json(frame.body)
-                if "size" in values:
-                    return int(str(values["size"]))
-                if not values.get("destinationName"):
-                    return 0  # the end of the list: no such queue
+                name = str(values.get("destinationName") or "")
+                if not name:
+                    return sizes  # the end of the list
+                queue = name.removeprefix("queue://")
+                if queue in sizes and "size" in values:
+                    sizes[queue] = int(str(values["size"]))
         except queues.Empty:
             self._close_statistics()
             raise BrokerUnavailable(
-                f"{self._where()}: no answer from ActiveMQ.Statistics.Destination.{queue} "
+                f"{self._where()}: no answer from ActiveMQ.Statistics.Destination.{expression} "
                 "(is <statisticsBrokerPlugin/> configured, with XStream and Jettison for "
                 "jms-map-json?)"
             ) from None
@@ -849,6 +867,21 @@ def _refusal(ep: Endpoint, exc: BaseException) -> str:
 
 CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
 
+
+
+def _wildcard_scope(names: Sequence[str]) -> str | None:
+    """The dotted segments every one of ``names`` starts with and goes on after, when there are
+    such segments and no name holds a wildcard character: ``<scope>.>`` matches them all (and
+    maybe others). None when one request per name is needed."""
+    if len(names) < 2 or any("*" in n or ">" in n for n in names):
+        return None
+    split = [n.split(".") for n in names]
+    common: list[str] = []
+    for segments in zip(*(parts[:-1] for parts in split), strict=False):
+        if len(set(segments)) != 1:
+            break
+        common.append(segments[0])
+    return ".".join(common) if common and all(common) else None
 
 class _Cork:
     """Collects encoded frames in place of a transport's ``send`` and writes them joined."""

@@ -128,7 +128,13 @@ class StagingBroker(Protocol):
 
     def depth(self, queue: str) -> int:
         """How many messages ``queue`` has, those held by consumers (this adapter included)
-        counted; cheap (no browsing). BrokerUnavailable when the broker cannot say."""
+        counted, 0 when the broker has no such queue; cheap (no browsing). BrokerUnavailable
+        when the broker cannot say."""
+
+    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """``depth`` of each of ``queues`` (0 for one the broker does not have), asked at once
+        where the broker allows (the staging engine counts its pending messages this way while
+        releases wait). BrokerUnavailable when the broker cannot say."""
 
     def publish(self, destination: str, message: Message) -> None:
         """Put one message to a STOMP destination and wait for the broker to confirm it."""

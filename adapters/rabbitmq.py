@@ -444,12 +444,26 @@ class RabbitMQ:
 
     def depth(self, queue: str) -> int:
         """A passive queue.declare's message count (ready messages) plus those this adapter
-        holds unacked; messages other connections hold are not counted."""
+        holds unacked; messages other connections hold are not counted. 0 for a queue the
+        broker does not have (its 404 closes only the scratch channel)."""
         ch = self._scratch_channel()
-        with self._translate():
-            ok = ch.queue_declare(queue, passive=True)
+        try:
+            with self._translate():
+                ok = ch.queue_declare(queue, passive=True)
+        except BrokerUnavailable as exc:
+            cause = exc.__cause__
+            missing = isinstance(cause, pika.exceptions.ChannelClosedByBroker) and (
+                cause.reply_code == 404
+            )
+            if not missing or not self._main_open():
+                raise
+            ok = None
         held = sum(1 for q in self._holding.values() if q == queue)
-        return (ok.method.message_count or 0) + held
+        return (ok.method.message_count or 0 if ok is not None else 0) + held
+
+    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """One passive queue.declare each: a round trip of a fraction of a millisecond."""
+        return {queue: self.depth(queue) for queue in queues}
 
     def client_destination(self, queue: str) -> str:
         """``/amq/queue/<queue>``: a client SEND there does not declare the queue again."""

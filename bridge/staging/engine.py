@@ -250,7 +250,7 @@ class Engine:
     def _count_pending(self, now_ms: int) -> None:
         """Ask the broker for the staging queues' depths, at most every PENDING_EVERY_MS."""
         try:
-            self.stats.pending_count = sum(self.broker.depth(q) for q in self.layout.queues)
+            self.stats.pending_count = sum(self.broker.depths(self.layout.queues).values())
         except BrokerUnavailable as error:
             # A broker that cannot say costs the release loop a wait each time: ask ever less
             # often, from a minute up to an hour.

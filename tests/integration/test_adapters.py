@@ -336,6 +336,43 @@ def test_subscribe_and_poll_respect_the_prefetch(
     assert [h.message.headers["seq"] for h in last] == ["4"]
 
 
+def test_depths_of_queues_sharing_a_prefix_match_their_depths(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    """The staging engine counts its queues with ``depths`` (one wildcard request on ActiveMQ):
+    each queue's own count, held messages included, 0 for a queue the broker does not have,
+    and nothing from another queue under the same prefix."""
+    base = names()
+    level, ready, absent, other = (f"{base}.staging.{s}" for s in ("L10", "ready", "L11", "x"))
+    adapter.ensure_queues([level, ready, other])
+    _fill(adapter, level, 3)
+    _fill(adapter, ready, 2)
+    _fill(adapter, other, 4)
+    try:
+        adapter.subscribe(ready, 1)
+        held: list[Held] = []
+        deadline = time.monotonic() + 3.0
+        while not held and time.monotonic() < deadline:
+            held += adapter.poll(0.1)
+        assert len(held) == 1
+        expected = {level: 3, ready: 2, absent: 0}
+        assert adapter.depths([level, ready, absent]) == expected
+        assert {q: adapter.depth(q) for q in expected} == expected
+        adapter.settle([Move(held[0])])
+        held.clear()
+        deadline = time.monotonic() + 3.0
+        while not held and time.monotonic() < deadline:
+            held += adapter.poll(0.1)  # the next one, held now
+        assert len(held) == 1
+        assert adapter.depths([level, ready, absent]) == {**expected, ready: 1}
+    finally:
+        if broker.name == "rabbitmq":
+            with contextlib.closing(_pika(broker)) as c:
+                ch = c.channel()
+                for name in (level, ready, other):
+                    ch.queue_delete(name)
+
+
 def test_browse_returns_all_and_consumes_none(
     adapter: StagingBroker, names: Callable[[], str]
 ) -> None:

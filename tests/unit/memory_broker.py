@@ -57,7 +57,7 @@ class MemoryBroker:
         self._fail_settle: tuple[int, bool] | None = None
         self._fail_poll = False
         self.refusals: dict[str, tuple[Reason, str]] = {}  # destination -> why puts fail
-        self.depths = 0  # depth() calls
+        self.counts = 0  # depths() calls
         self._held: dict[int, _Holding] = {}
         self._subs: dict[str, int] = {}
         self._sub_held: Counter[str] = Counter()
@@ -74,9 +74,13 @@ class MemoryBroker:
     def depth(self, queue: str) -> int:
         """Messages on ``queue``, held ones included (the adapters' ``depth``)."""
         with self._lock:
-            self.depths += 1
             held = sum(1 for h in self._held.values() if h.held.queue == queue)
             return len(self.queues.get(queue, ())) + held
+
+    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+        with self._lock:
+            self.counts += 1
+            return {queue: self.depth(queue) for queue in queues}
 
     def refuse(self, destination: str, reason: Reason, text: str = "refused") -> None:
         """Every put to ``destination`` is refused from now on."""
