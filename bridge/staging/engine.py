@@ -80,6 +80,11 @@ REASON_CODE = PREFIX + "reason-code"
 REASON_TEXT = PREFIX + "reason-text"  # the broker's own words
 FAILED_AT = PREFIX + "failed-at"  # epoch ms
 PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
+# Counting is a round trip or more (5-17 ms on this machine) that releases would wait for: it
+# waits for a gap of COUNT_GAP_MS before the next release or level exit, up to PENDING_LATE_MS
+# (under a steady 1,000 releases a second there is no such gap).
+COUNT_GAP_MS = 25
+PENDING_LATE_MS = 60_000
 PENDING_RETRY_MS = 60_000  # after the broker could not say, doubling each time
 PENDING_RETRY_MAX_MS = 3_600_000
 
@@ -234,7 +239,7 @@ class Engine:
             now_ms = max(now_ms, self.clock())
             self._absorb(self.broker.poll(0), now_ms)
             self._release(now_ms)
-            if not more and now_ms >= self._pending_at and not self._ready_due():
+            if not more and self._count_due(now_ms):
                 self._count_pending(now_ms)
         except BrokerUnavailable as error:
             return self._lost(error, now_ms)
@@ -246,6 +251,15 @@ class Engine:
         """Messages on the staging queues (levels and ready) as last counted; None until
         counted or when the broker could not say. Safe from any thread."""
         return self.stats.pending_count
+
+    def _count_due(self, now_ms: int) -> bool:
+        """Whether to count the pending messages now: PENDING_EVERY_MS after the last count, in
+        a gap of COUNT_GAP_MS before anything else is due, or PENDING_LATE_MS late without."""
+        if now_ms < self._pending_at:
+            return False
+        if now_ms >= self._pending_at + PENDING_LATE_MS:
+            return True
+        return self._until_next_ms(max(now_ms, self.clock())) >= COUNT_GAP_MS
 
     def _count_pending(self, now_ms: int) -> None:
         """Ask the broker for the staging queues' depths, at most every PENDING_EVERY_MS."""

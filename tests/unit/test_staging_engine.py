@@ -632,6 +632,36 @@ def test_pending_counts_the_staging_queues_at_most_every_5_s() -> None:
     assert "jms_bridge_staging_pending 2.0" in generate_latest(registry).decode()
 
 
+def test_pending_is_counted_in_a_gap_between_releases_or_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A count is a round trip the releases would wait for: with a release due every 10 ms
+    it waits for the gap after them, and with no gap it is done PENDING_LATE_MS late."""
+    from bridge.staging import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "PENDING_LATE_MS", 3_000)
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, _, _ = engine_for(broker, clock, quick=False)
+    for i in range(300):  # due every 10 ms from 4 s to 6.99 s
+        stage(broker, delay_ms=4_000 + 10 * i, now=T0)
+    stage(broker, delay_ms=3_600_000, now=T0)
+    engine.step(T0)
+    counted = broker.counts  # at 0 s; the next from 5 s
+    drive(engine, clock, T0 + 6_980)
+    assert broker.counts == counted
+    drive(engine, clock, T0 + 7_100)
+    assert broker.counts == counted + 1 and engine.pending() == 1  # after the last release
+
+    now = clock.now
+    for i in range(1_000):  # due every 10 ms from 11 s to 20.99 s: no gap after 11.99 s
+        stage(broker, delay_ms=T0 + 11_000 + 10 * i - now, now=now)
+    drive(engine, clock, T0 + 6_990 + 5_000 + 3_000 - 20)
+    assert broker.counts == counted + 1
+    drive(engine, clock, T0 + 6_990 + 5_000 + 3_000 + 20)
+    assert broker.counts == counted + 2  # 3 s late, between releases
+
+
 def test_a_message_refused_for_a_property_value_is_kept_with_plain_headers() -> None:
     """Release refused for the message itself: on the undeliverable queue, its property headers
     turned plain (the same headers would be refused there too); a hop refused that way: on the
