@@ -868,7 +868,6 @@ def _refusal(ep: Endpoint, exc: BaseException) -> str:
 CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
 
 
-
 def _wildcard_scope(names: Sequence[str]) -> str | None:
     """The dotted segments every one of ``names`` starts with and goes on after, when there are
     such segments and no name holds a wildcard character: ``<scope>.>`` matches them all (and
@@ -882,6 +881,7 @@ def _wildcard_scope(names: Sequence[str]) -> str | None:
             break
         common.append(segments[0])
     return ".".join(common) if common and all(common) else None
+
 
 class _Cork:
     """Collects encoded frames in place of a transport's ``send`` and writes them joined."""

@@ -458,8 +458,8 @@ class RabbitMQ:
             if not missing or not self._main_open():
                 raise
             ok = None
-        held = sum(1 for q in self._holding.values() if q == queue)
-        return (ok.method.message_count or 0 if ok is not None else 0) + held
+        ready = 0 if ok is None else ok.method.message_count or 0
+        return ready + sum(1 for q in self._holding.values() if q == queue)
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         """One passive queue.declare each: a round trip of a fraction of a millisecond."""
