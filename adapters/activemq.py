@@ -556,12 +556,12 @@ class ActiveMQ:
     def settle(self, moves: Sequence[Move]) -> None:
         """Each SEND with a receipt, pipelined; when every receipt is in, the ACK of every
         move whose SEND went through (one receipt, on the last, checked by the next settle).
-        No transaction: a COMMIT on
-        ActiveMQ 5.17 took about 8 ms under load, and at 1,000 releases a second that was
-        most of the engine's time (p99 lateness 3.4-3.7 s with transactions, 44 ms without).
-        A crash between a SEND and its ACK puts the message twice, never loses it. Any
-        failure but a refused SEND closes the connection, so the broker returns what was
-        held; a refused SEND raises PutRefused with the other moves done (``also_done``)."""
+        No transaction: a COMMIT on ActiveMQ 5.17 took about 8 ms under load, and at 1,000
+        releases a second that was most of the engine's time (p99 lateness 3.4-3.7 s with
+        transactions, 44 ms without). A crash between a SEND and its ACK puts the message
+        twice, never loses it. Any failure but a refused SEND closes the connection, so the
+        broker returns what was held; a refused SEND raises PutRefused with the other moves
+        done (``also_done``)."""
         if not moves:
             return
         conn = self._live()
