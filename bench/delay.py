@@ -83,10 +83,11 @@ from stomp_throughput import (
     wait,
 )
 
+from bridge.staging.levels import Layout
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER = {"address": "127.0.0.1:61624", "login": "admin", "passcode": "admin",
              "prefetch_header": "activemq.prefetchSize", "vhost": None}
-LEVELS = range(10, 33)  # bridge.staging.levels MIN_LEVEL..MAX_LEVEL
 HOUR_MS, DAY_MS = 3_600_000, 86_400_000
 GOALS = {"early": 0, "p99_ms": 20.0, "release_rate": 1000.0, "rss_mb": 150.0, "send_ratio": 0.5}
 
@@ -96,7 +97,8 @@ def now_ms() -> int:
 
 
 def staging_queues(prefix: str) -> list[str]:
-    return [*(f"{prefix}.L{k:02d}" for k in LEVELS), f"{prefix}.ready", f"{prefix}.invalid"]
+    queues = {q: None for sl in (False, True) for q in Layout(prefix, second_levels=sl).queues}
+    return [*queues, f"{prefix}.invalid"]
 
 
 def percentile(sorted_values: list[int], q: float) -> int | None:

@@ -16,7 +16,7 @@ from bridge.config import Endpoint, Settings
 from bridge.errors import BrokerUnavailable, ConfigError
 from bridge.metrics import Metrics
 from bridge.staging.intercept import DelayInterceptor
-from bridge.staging.levels import Layout
+from bridge.staging.levels import Layout, layout_for
 from bridge.staging.process import EngineProcess
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
@@ -84,7 +84,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     loop = asyncio.get_running_loop()
     await wait_for_broker(settings.broker, settings.upstream_stomp)
     config = delay_config(settings)
-    layout = Layout(settings.staging_prefix)
+    layout = layout_for(settings.broker, settings.staging_prefix)
     await loop.run_in_executor(None, _prepare_staging, settings, layout)
     metrics = Metrics()
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()

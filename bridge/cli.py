@@ -75,9 +75,9 @@ EXIT_NOT_FOUND = 3
 def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     from bridge.brokers import staging_broker
     from bridge.staging import tools
-    from bridge.staging.levels import Layout
+    from bridge.staging.levels import layout_for
 
-    layout = Layout(settings.staging_prefix)
+    layout = layout_for(settings.broker, settings.staging_prefix)
     broker = staging_broker(settings)
     broker.connect()
     try:

@@ -165,7 +165,7 @@ class Engine:
         # ActiveMQ gives the same head to repeated peeks until it is settled, so a level yields
         # one head per settle there; RabbitMQ (basic.get) gives the next one.
         self._peek_advances = broker.name != "activemq"
-        self._dwell = {queue: 1 << k for k, queue in layout.levels}
+        self._dwell = {queue: dwell for dwell, queue in layout.levels}
         self.level_prefetch = level_prefetch
         self.lead_ms = lead_ms
         self._streamed = [q for q, dwell in self._dwell.items() if dwell <= STREAM_MAX_MS]

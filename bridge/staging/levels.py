@@ -1,35 +1,64 @@
 """Where a staged message waits: constant-dwell level queues, then the ready queue.
 
-Every message in level queue ``k`` waits the same time, 2**k ms, from when it entered, so
+Every message in a level queue waits the same time (the level's dwell) from when it entered, so
 each level queue is ordered by exit time and only its head needs looking at. A message with
-``r`` ms to go enters the largest level whose dwell is at most ``r``; when it leaves, fewer
-than 2**k ms remain and it goes down to a smaller level, one hop per set bit of ``r``. When
-less than ``2**MIN_LEVEL`` ms remain it goes to the ready queue, whose messages the engine holds
-in memory (at most one horizon's worth) and releases at their exact due time.
+``r`` ms to go enters the level with the largest dwell that is at most ``r``; when it leaves,
+less than that dwell is left and it goes down to a smaller level. When less than
+``2**MIN_LEVEL`` ms remain it goes to the ready queue, whose messages the engine holds in memory
+(at most one horizon's worth) and releases at their exact due time.
+
+The dwells are the powers of two from ``2**MIN_LEVEL`` to ``2**MAX_LEVEL`` ms: a message takes
+one hop per set bit of its delay. With ``second_levels`` there is also a level for every whole
+multiple of the horizon below ``2**SECOND_LEVELS_BELOW`` (1 to 15 s): a delay of up to 16 s
+enters its level and leaves it with less than the horizon to go, with no hop at all, and a longer
+one takes one hop per set bit above ``SECOND_LEVELS_BELOW`` and one into the seconds. Level
+``L<k>`` waits 2**k ms; level ``L10x<m>`` waits m * 2**10 ms.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MIN_LEVEL = 10  # 1.024 s: the horizon held in memory
+SECOND_LEVELS_BELOW = 14  # 16.4 s
 MAX_LEVEL = 32  # 49.7 days; longer delays take several hops at the top level
+
+
+def _dwells(second_levels: bool) -> tuple[int, ...]:
+    """Every level's dwell in ms, shortest first."""
+    if not second_levels:
+        return tuple(1 << k for k in range(MIN_LEVEL, MAX_LEVEL + 1))
+    seconds = range(1 << MIN_LEVEL, 1 << SECOND_LEVELS_BELOW, 1 << MIN_LEVEL)
+    return (*seconds, *(1 << k for k in range(SECOND_LEVELS_BELOW, MAX_LEVEL + 1)))
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
     prefix: str = "jms-bridge.staging"
+    second_levels: bool = False
+    dwells: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dwells", _dwells(self.second_levels))
 
     @property
     def ready(self) -> str:
         return f"{self.prefix}.ready"
 
     def level(self, k: int) -> str:
+        """The level of dwell 2**k ms."""
         return f"{self.prefix}.L{k:02d}"
+
+    def level_of(self, dwell_ms: int) -> str:
+        """The level queue of one of ``dwells``."""
+        if dwell_ms & (dwell_ms - 1) == 0:
+            return self.level(dwell_ms.bit_length() - 1)
+        return f"{self.prefix}.L{MIN_LEVEL:02d}x{dwell_ms >> MIN_LEVEL:02d}"
 
     @property
     def levels(self) -> tuple[tuple[int, str], ...]:
-        return tuple((k, self.level(k)) for k in range(MIN_LEVEL, MAX_LEVEL + 1))
+        """(dwell in ms, queue) of every level, shortest first."""
+        return tuple((dwell, self.level_of(dwell)) for dwell in self.dwells)
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -37,15 +66,19 @@ class Layout:
 
     def dwell_of(self, queue: str) -> int | None:
         """The dwell in ms of a level queue; None for the ready queue or a foreign name."""
-        head, _, k = queue.rpartition(".L")
-        if head != self.prefix or not k.isdigit():
+        head, _, name = queue.rpartition(".L")
+        k, _, m = name.partition("x")
+        if head != self.prefix or not k.isdigit() or not (m.isdigit() or name == k):
             return None
-        return 1 << int(k)
+        dwell = (int(m) if m else 1) << int(k)
+        return dwell if dwell in self.dwells and self.level_of(dwell) == queue else None
 
     def queue_for(self, remaining_ms: int) -> str:
         """The queue a message with ``remaining_ms`` to wait enters now."""
         if remaining_ms < (1 << MIN_LEVEL):
             return self.ready
+        if self.second_levels and remaining_ms < 1 << SECOND_LEVELS_BELOW:
+            return self.level_of(remaining_ms >> MIN_LEVEL << MIN_LEVEL)
         return self.level(min(remaining_ms.bit_length() - 1, MAX_LEVEL))
 
     def owns(self, name: str) -> bool:
@@ -54,3 +87,12 @@ class Layout:
         starts with the prefix and a dot."""
         queue = name.rsplit("/", 1)[-1]
         return queue == self.prefix or queue.startswith(self.prefix + ".")
+
+
+def layout_for(broker: str, prefix: str) -> Layout:
+    """The staging layout on ``broker``. On RabbitMQ the second levels: a hop is a put and an
+    acknowledgement, and the broker's CPU is what runs out first under a burst. On ActiveMQ
+    binary levels: each streamed level is a subscription whose prefetch the broker fills at
+    once, and fifteen of them took a whole burst in the same second as the burst itself, while
+    its first releases were due."""
+    return Layout(prefix, second_levels=broker == "rabbitmq")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pika
 import stomp
 
-from bridge.staging.levels import Layout
+from bridge.staging.levels import Layout, layout_for
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 
@@ -85,7 +85,7 @@ def clean(broker: Broker, layout: Layout) -> None:
 def private_bridges(broker: Broker, tmp: Path, n: int = 1,
                     extra: tuple[str, ...] = ()) -> Iterator[tuple[Layout, list[BridgeProcess]]]:
     """``n`` bridges sharing a staging prefix of their own."""
-    layout = Layout(f"jbt-staging-{uuid.uuid4().hex[:8]}")
+    layout = layout_for(broker.name, f"jbt-staging-{uuid.uuid4().hex[:8]}")
     procs = [
         BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
                       tmp / f"bridge{i}.log",

@@ -91,6 +91,28 @@ def test_no_loss_when_the_bridge_is_killed_twice(broker: Broker, tmp_path: Path,
     assert duplicates <= in_flight
 
 
+def test_delays_under_sixteen_seconds_take_no_move_on_rabbitmq(broker: Broker, tmp_path: Path,
+                                                              queue: str) -> None:
+    """On RabbitMQ a delay of 3.0-4.0 s waits on the level of its whole seconds (3,072 ms) and
+    is released from there; on ActiveMQ it waits on the 2,048 ms level, then the 1,024 ms one
+    (one move each when the engine takes heads on time, none when it takes one late)."""
+    dest = broker.queue_destination(queue)
+    delays = [3_072 + 40 * i for i in range(25)]
+    with private_bridges(broker, tmp_path) as (layout, (bridge,)):
+        assert {layout.queue_for(d) for d in delays} == (
+            {f"{layout.prefix}.L10x03"} if broker.name == "rabbitmq" else {layout.level(11)})
+        arrivals = Arrivals(broker, dest)
+        due = send_delayed(bridge.stomp_port, broker, dest, delays)
+        arrivals.collect(time.monotonic() + 6.0)
+        arrivals.close()
+        hops = bridge.metric("jms_bridge_staging_hops_total")
+    assert all(arrivals.seen[s] == 1 for s in due) and not arrivals.early
+    if broker.name == "rabbitmq":
+        assert hops == 0
+    else:
+        assert 0 < hops <= len(delays)
+
+
 def running(pid: int) -> bool:
     """Alive and not a zombie waiting to be reaped."""
     try:

@@ -36,6 +36,7 @@ T0 = 1_800_000_000_000
 DAY = 24 * 3600 * 1000
 TARGET = "/queue/orders"
 LAYOUT = Layout()
+SECONDS = Layout(second_levels=True)  # RabbitMQ's
 
 
 class Clock:
@@ -55,21 +56,22 @@ def quiet_log(level: int = logging.INFO) -> tuple[FilteringBoundLogger, Capturin
 
 
 def engine_for(
-    broker: MemoryBroker, clock: Clock, *, quick: bool = True, **options: object
+    broker: MemoryBroker, clock: Clock, *, quick: bool = True, layout: Layout = LAYOUT,
+    **options: object,
 ) -> tuple[Engine, StagingStats, CapturingLogger]:
     """``quick``: look at empty levels and put-back heads only when the engine knows something
     can be there, so a test can jump over days; the defaults are tested separately."""
     stats = StagingStats()
     log, sink = quiet_log()
     timing: dict[str, object] = {"idle_poll_s": 3600.0, "recheck_s": 3600.0} if quick else {}
-    engine = Engine(broker, LAYOUT, clock=clock, stats=stats, log=log,
+    engine = Engine(broker, layout, clock=clock, stats=stats, log=log,
                     **{**timing, **options})  # type: ignore[arg-type]
     return engine, stats, sink
 
 
 def stage(
     broker: MemoryBroker, *, delay_ms: int, now: int, target: str = TARGET,
-    ttl_ms: int | None = None, body: bytes = b"body",
+    ttl_ms: int | None = None, body: bytes = b"body", layout: Layout = LAYOUT,
 ) -> str:
     """Put a staged copy where the interceptor would; returns the original message id."""
     original = [("destination", target), ("x-app", "kept"), ("x-delay", str(delay_ms))]
@@ -77,12 +79,12 @@ def stage(
         original.append(("expiration", str(ttl_ms)))
     headers = envelope.staged_headers(
         original, broker=broker.name, target=target,
-        staging_destination=broker.client_destination(LAYOUT.queue_for(delay_ms)),
+        staging_destination=broker.client_destination(layout.queue_for(delay_ms)),
         due_ms=now + delay_ms, sent_ms=now,
         expires_ms=None if ttl_ms is None else now + ttl_ms, drop=("x-delay",),
     )
     message = Message({n: v for n, v in headers if n != "destination"}, body)
-    broker.put(LAYOUT.queue_for(delay_ms), message)
+    broker.put(layout.queue_for(delay_ms), message)
     return message.headers[envelope.MESSAGE_ID]
 
 
@@ -103,7 +105,8 @@ def drive(
             nxt = pending.pop(0)
             clock.now = nxt
             for delay_ms, _ in events[nxt]:  # type: ignore[index]
-                stage(engine.broker, delay_ms=delay_ms, now=nxt)  # type: ignore[arg-type]
+                stage(engine.broker, delay_ms=delay_ms, now=nxt,  # type: ignore[arg-type]
+                      layout=engine.layout)
             continue
         clock.now = nxt
     return steps
@@ -117,30 +120,32 @@ def releases(broker: MemoryBroker, target: str = TARGET) -> dict[str, list[int]]
     return out
 
 
-def hops_of(broker: MemoryBroker) -> Counter[str]:
-    staging = tuple(broker.client_destination(q) for q in LAYOUT.queues)
+def hops_of(broker: MemoryBroker, layout: Layout = LAYOUT) -> Counter[str]:
+    staging = tuple(broker.client_destination(q) for q in layout.queues)
     return Counter(m.headers[envelope.MESSAGE_ID] for _, d, m in broker.published if d in staging)
 
 
 LEVEL_PREFETCH = 100
 
 
-def expected_hops(delay_ms: int, broker_name: str = "rabbitmq") -> int:
+def expected_hops(
+    delay_ms: int, broker_name: str = "rabbitmq", layout: Layout = LAYOUT
+) -> int:
     """Hops of a message staged with ``delay_ms`` when every head is taken on time: at its exit,
     or LEAD_MS before it on a streamed level, down to the queue for the time it has left then.
     A head is not hopped but held for release when less than the horizon is left (plus the
     lead, on a streamed level). A peeked head is held only where a peek gives the next message
     (RabbitMQ); on ActiveMQ it goes to the ready queue, one hop more."""
     remaining, hops = delay_ms, 0
-    queue = LAYOUT.queue_for(remaining)
-    while queue != LAYOUT.ready:
-        dwell = LAYOUT.dwell_of(queue) or 0
+    queue = layout.queue_for(remaining)
+    while queue != layout.ready:
+        dwell = layout.dwell_of(queue) or 0
         streamed = dwell <= STREAM_MAX_MS
         lead = LEAD_MS if streamed else 0
         remaining -= dwell - lead
         if (streamed or broker_name != "activemq") and remaining < HORIZON_MS + lead:
             break
-        queue = LAYOUT.queue_for(remaining)
+        queue = layout.queue_for(remaining)
         hops += 1
     return hops
 
@@ -243,6 +248,48 @@ def test_delay_released_exactly_at_due_after_one_hop_per_set_bit(delay_ms: int, 
     assert stats.released == 1 and stats.lateness_counts[0] == 1
 
 
+@pytest.mark.parametrize(
+    ("delay_ms", "hops"),
+    # Up to 16 s: the level of its whole seconds, then held. 20 s: 16,384 ms, then 3,072.
+    # 1 h: the six set bits of 3,600,000 >> 14, then 11 s. 30 days: eleven, then 15 s.
+    [(1_000, 0), (10_000, 0), (16_000, 0), (20_000, 1), (3_600_000, 6), (30 * DAY, 12)],
+    ids=["1s", "10s", "16s", "20s", "1h", "30d"],
+)
+def test_second_levels_release_exactly_at_due_after_one_hop_per_level(
+    delay_ms: int, hops: int
+) -> None:
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, stats, _ = engine_for(broker, clock, layout=SECONDS)
+    message_id = stage(broker, delay_ms=delay_ms, now=T0, layout=SECONDS)
+
+    drive(engine, clock, T0 + delay_ms - 1)
+    assert broker.delivered(TARGET) == []
+    drive(engine, clock, T0 + delay_ms + 5_000)
+
+    assert releases(broker) == {message_id: [T0 + delay_ms]}
+    assert stats.hops == hops == expected_hops(delay_ms, layout=SECONDS)
+    assert hops == hops_of(broker, SECONDS)[message_id]
+    assert stats.released == 1 and stats.lateness_counts[0] == 1
+
+
+def test_second_levels_head_taken_early_goes_to_the_level_of_its_seconds() -> None:
+    """16 s + 3 s: taken from the 16,384 ms level 512 ms early, 3,512 ms are left: it goes to
+    the 3,072 ms level, leaves it with 440 ms to go, and is released on time."""
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, stats, _ = engine_for(broker, clock, lead_ms=512, layout=SECONDS)
+    message_id = stage(broker, delay_ms=19_384, now=T0, layout=SECONDS)
+    assert SECONDS.queue_for(19_384) == SECONDS.level(14)
+
+    drive(engine, clock, T0 + 16_384 - 512)
+    assert stats.hops == 1
+    [(_, destination, _)] = [p for p in broker.published if p[1] != TARGET]
+    assert destination == broker.client_destination("jms-bridge.staging.L10x03")
+    drive(engine, clock, T0 + 20_000)
+    assert releases(broker) == {message_id: [T0 + 19_384]} and stats.hops == 1
+
+
 def test_delay_beyond_the_top_level_waits_there_more_than_once() -> None:
     clock = Clock()
     broker = MemoryBroker(clock=clock)
@@ -311,16 +358,20 @@ def test_a_due_ready_message_does_not_wait_for_a_round_of_slow_level_peeks() -> 
 # -- many messages ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("broker_name", ["rabbitmq", "activemq"])
-def test_random_delays_up_to_40_days_all_released_once_on_time(broker_name: str) -> None:
+@pytest.mark.parametrize(("broker_name", "layout"),
+                         [("rabbitmq", LAYOUT), ("activemq", LAYOUT), ("rabbitmq", SECONDS)],
+                         ids=["rabbitmq", "activemq", "rabbitmq-seconds"])
+def test_random_delays_up_to_40_days_all_released_once_on_time(
+    broker_name: str, layout: Layout
+) -> None:
     rnd = random.Random(20240601)
     clock = Clock()
     broker = MemoryBroker(broker_name, clock=clock)
-    engine, stats, _ = engine_for(broker, clock, batch=50)
+    engine, stats, _ = engine_for(broker, clock, batch=50, layout=layout)
     delays = [rnd.randint(1, 40 * DAY) for _ in range(990)]
-    delays += [rnd.randint(1, 5_000) for _ in range(10)]
+    delays += [rnd.randint(1, 20_000) for _ in range(10)]
     rnd.shuffle(delays)
-    due = {stage(broker, delay_ms=d, now=T0): T0 + d for d in delays}
+    due = {stage(broker, delay_ms=d, now=T0, layout=layout): T0 + d for d in delays}
 
     drive(engine, clock, T0 + 40 * DAY + 1)
 
@@ -329,8 +380,8 @@ def test_random_delays_up_to_40_days_all_released_once_on_time(broker_name: str)
     assert all(len(times) == 1 for times in got.values()), "released twice"
     assert all(times[0] == due[mid] for mid, times in got.items()), "early or late"
     assert stats.released == 1000 and stats.lateness_counts[0] == 1000
-    assert stats.hops == sum(expected_hops(d, broker_name) for d in delays)
-    assert all(broker.depth(q) == 0 for q in LAYOUT.queues) and broker.held_count == 0
+    assert stats.hops == sum(expected_hops(d, broker_name, layout) for d in delays)
+    assert all(broker.depth(q) == 0 for q in layout.queues) and broker.held_count == 0
 
 
 def test_messages_staged_while_running_are_found_by_the_idle_poll_and_released_on_time() -> None:
