@@ -121,8 +121,8 @@ def cpu_idle(interval: float = 1.0) -> float:
 
 
 def wait_quiet(what: str, idle: float = 0.85, limit_s: float = 90.0) -> None:
-    """Wait until the machine is mostly idle: a broker still deleting what the part before
-    purged takes CPU from the next part's bridge, and its lateness shows it."""
+    """Wait until the machine is mostly idle: a broker still deleting what the run before
+    purged takes CPU from the next run's bridge, and its lateness shows it."""
     deadline = time.monotonic() + limit_s
     while (share := cpu_idle()) < idle:
         if time.monotonic() > deadline:
@@ -465,6 +465,7 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
     how = f"paced at {rate:,.0f}/s" if rate else "burst"
 
     target = f"bench-delay.{uuid.uuid4().hex[:12]}"
+    wait_quiet(f"{broker_name} {how} through the bridge")
     bridge = Bridge(broker_name, args)
     try:
         before, cpu0 = bridge.metrics(), bridge.cpu()
@@ -481,6 +482,7 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
     report_a(broker_name, f"bridge (x-delay, consumed from the broker), {how}", run)
 
     try:
+        wait_quiet(f"{broker_name} {how} through the broker's own mechanism")
         if broker_name == "rabbitmq":
             ref = rabbit_ttl_reference(args, delays, body, rate)
             label = "RabbitMQ per-queue TTL + DLX, one queue per delay rounded to 100 ms"
