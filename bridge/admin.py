@@ -18,7 +18,7 @@ from bridge.config import Endpoint
 from bridge.errors import BridgeError
 from bridge.metrics import Metrics
 from bridge.staging import tools
-from bridge.staging.levels import Layout
+from bridge.staging.levels import Layout, layout_for
 from bridge.staging.stats import StagingStats
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -51,7 +51,7 @@ class Admin:
         self.broker = broker
         self.upstream = upstream
         self.staging = staging
-        self.layout = layout or Layout()
+        self.layout = layout or layout_for(broker)
         self.staging_stats = staging_stats
         self.started = time.time()
         self.app = web.Application()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 MIN_LEVEL = 10  # 1.024 s: the horizon held in memory
 SECOND_LEVELS_BELOW = 14  # 16.4 s
 MAX_LEVEL = 32  # 49.7 days; longer delays take several hops at the top level
+DEFAULT_PREFIX = "jms-bridge.staging"
 
 
 def _dwells(second_levels: bool) -> tuple[int, ...]:
@@ -34,7 +35,7 @@ def _dwells(second_levels: bool) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    prefix: str = "jms-bridge.staging"
+    prefix: str = DEFAULT_PREFIX
     second_levels: bool = False
     dwells: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -89,7 +90,7 @@ class Layout:
         return queue == self.prefix or queue.startswith(self.prefix + ".")
 
 
-def layout_for(broker: str, prefix: str) -> Layout:
+def layout_for(broker: str, prefix: str = DEFAULT_PREFIX) -> Layout:
     """The staging layout on ``broker``. On RabbitMQ the second levels: a hop is a put and an
     acknowledgement, and the broker's CPU is what runs out first under a burst. On ActiveMQ
     binary levels: each streamed level is a subscription whose prefetch the broker fills at
