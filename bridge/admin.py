@@ -119,7 +119,7 @@ class Admin:
             except tools.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
             if taken is None:
-                return web.json_response({"error": f"no staged message {message_id}"}, status=404)
+                return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
             if self.staging_stats is not None:
                 self.staging_stats.cancelled += 1
             return web.json_response({"cancelled": message_id})
@@ -135,7 +135,7 @@ class Admin:
             except tools.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
             if not released:
-                return web.json_response({"error": f"no staged message {message_id}"}, status=404)
+                return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
             return web.json_response({"released": message_id})
 
         return await self._with_broker(work)

@@ -91,10 +91,10 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
             return 0
         if ns.action == "cancel":
             gone = tools.take(broker, layout, ns.message_id)
-            print(f"cancelled {ns.message_id}" if gone else f"no staged message {ns.message_id}")
+            print(f"cancelled {ns.message_id}" if gone else tools.NOT_FOUND.format(ns.message_id))
             return 0 if gone else EXIT_NOT_FOUND
         done = tools.release_now(broker, layout, ns.message_id, name=settings.broker)
-        print(f"released {ns.message_id}" if done else f"no staged message {ns.message_id}")
+        print(f"released {ns.message_id}" if done else tools.NOT_FOUND.format(ns.message_id))
         return 0 if done else EXIT_NOT_FOUND
     finally:
         broker.close()

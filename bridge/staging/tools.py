@@ -1,10 +1,12 @@
 """``jms-bridge staged list|count|cancel|release``: operators' view of pending messages.
 
 Staged copies are found by their original message id (``jms-bridge-message-id``, which is
-also their correlation id, as on IBM MQ's staging queue) or by target. A message the engine
-holds at this moment (due within about a second, or at the head of a level queue on ActiveMQ)
-is not seen on RabbitMQ (a get does not see unacknowledged messages); ActiveMQ lists it, and
-cancel and release wait for the engine to let it go (``PATIENCE_S``).
+also their correlation id, as on IBM MQ's staging queue) or by target. A message a running
+engine holds is out of their reach: one due within about a second, and the first 1,000 of
+each level of up to about a minute (the engine takes those with a prefetch), so most messages
+due within about two minutes. RabbitMQ does not show it at all (a get does not see
+unacknowledged messages); ActiveMQ lists it, and cancel and release wait for the engine to let
+it go (``PATIENCE_S``), then give up (Busy).
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def render(items: list[Row], *, as_json: bool) -> str:
     for r in sorted(items, key=lambda r: r.due_ms):
         lines.append(f"{r.message_id:<48} {r.target:<32} {r.due:<29} {r.size:>8}")
     return "\n".join(lines)
+
+
+NOT_FOUND = (
+    "no staged message {} on the staging queues (a running staging engine holds most messages "
+    "due within about two minutes, out of reach of these tools)"
+)
 
 
 class Busy(BridgeError):
