@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--admin-listen", metavar="HOST:PORT")
     run.add_argument("--staging-engine", metavar="on|off",
                      help="release staged messages in this process (off: only stage them)")
+    run.add_argument("--staging-level-prefetch", metavar="N",
+                     help="messages taken ahead from each short level queue (default 1000)")
     run.add_argument("--delay-headers", metavar="NAMES",
                      help="comma-separated headers holding a relative delay in ms")
     run.add_argument("--delivery-time-headers", metavar="NAMES",

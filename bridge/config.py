@@ -52,6 +52,9 @@ class Settings:
     delivery_time_headers: tuple[str, ...] = ("JMSDeliveryTime",)
     delay_disabled: tuple[str, ...] = ()
     staging_prefix: str = "jms-bridge.staging"
+    # Messages the engine takes ahead from each level of up to about a minute: its memory is at
+    # most about (levels streamed x this + 5,000 ready) x message size.
+    staging_level_prefetch: int = 1000
 
 
 def _flag(name: str) -> str:
@@ -134,6 +137,11 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return _bool(value, what)
     if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
         return _names(value, what)
+    if name == "staging-level-prefetch":
+        text = str(value).strip()
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise ConfigError(f"{what}: expected a whole number from 1 to 65535, got {value!r}")
+        return int(text)
     if name == "staging-prefix":
         v = str(value).strip()
         if not v or "/" in v:

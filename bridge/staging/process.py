@@ -117,7 +117,8 @@ def _main(
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     logs.configure(settings.log_format, settings.log_level)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots))
+    engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots),
+                    level_prefetch=settings.staging_level_prefetch)
     engine.run(stop)
 
 

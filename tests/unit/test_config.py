@@ -38,6 +38,12 @@ def test_amqp_url_with_vhost() -> None:
     assert s.upstream_amqp == Endpoint("127.0.0.1", 5672, "guest", "gu@st", "/")
 
 
+def test_staging_level_prefetch() -> None:
+    assert resolve({}, environ={}).staging_level_prefetch == 1000
+    env = {"JMS_BRIDGE_STAGING_LEVEL_PREFETCH": "250"}
+    assert resolve({}, environ=env).staging_level_prefetch == 250
+
+
 def test_management_url() -> None:
     s = resolve({}, environ={"JMS_BRIDGE_UPSTREAM_MANAGEMENT": "http://mon:pw@10.0.0.5:15672"})
     assert s.upstream_management == Endpoint("10.0.0.5", 15672, "mon", "pw")
@@ -53,6 +59,9 @@ def test_management_url() -> None:
         ({"stomp-listen": "nohost"}, ["stomp-listen", "HOST:PORT"]),
         ({"admin-listen": "h:0"}, ["admin-listen"]),
         ({"log-format": "xml"}, ["log-format", "xml"]),
+        ({"staging-level-prefetch": "0"}, ["staging-level-prefetch", "1 to 65535"]),
+        ({"staging-level-prefetch": "70000"}, ["staging-level-prefetch", "1 to 65535"]),
+        ({"staging-level-prefetch": "lots"}, ["staging-level-prefetch", "'lots'"]),
         (
             {"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"},
             ["only for --broker rabbitmq"],
