@@ -2,9 +2,9 @@
 
 Staged copies are found by their original message id (``jms-bridge-message-id``, which is
 also their correlation id, as on IBM MQ's staging queue) or by target. A message a running
-engine holds is out of their reach: one due within about a second, and the first 1,000 of
-each level of up to about a minute (the engine takes those with a prefetch), so most messages
-due within about two minutes. RabbitMQ does not show it at all (a get does not see
+engine holds is out of their reach: one due within about a second, and the first 1,000 (the
+level prefetch) of each level of up to about a minute, which the engine takes ahead: so most
+messages due within about two minutes. RabbitMQ does not show it at all (a get does not see
 unacknowledged messages); ActiveMQ lists it, and cancel and release wait for the engine to let
 it go (``PATIENCE_S``), then give up (Busy).
 """
