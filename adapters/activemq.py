@@ -221,6 +221,7 @@ class ActiveMQ:
         self._expect: dict[str, float] = {}  # queue -> until when a head may be on its way
         self._polled: _Inbox = queues.Queue()
         self._polled_queue: dict[str, str] = {}  # subscription id -> queue
+        self._listened: dict[str, str] = {}  # subscription id -> topic (``listen``)
         self._returned: list[Held] = []  # put back after a poll: the next poll returns them
         self._stats: tuple[Connection12, _Inbox] | None = None  # the statistics connection
         self._log = logs.get("adapters.activemq", broker=self.name, address=str(stomp))
@@ -273,6 +274,7 @@ class ActiveMQ:
         self._acks = None
         self._expect.clear()
         self._polled_queue.clear()
+        self._listened.clear()
         self._returned.clear()
         self._close_statistics()
         if conn is not None:
@@ -345,14 +347,26 @@ class ActiveMQ:
             raise BrokerUnavailable(f"{self._where()}: {what}: no RECEIPT in time")
 
     def _subscribe(self, queue: str, inbox: _Inbox, *, ack: str, **headers: str) -> str:
+        sid, failure = self._subscribe_to(f"/queue/{queue}", inbox, ack=ack, **headers)
+        if failure is not None:
+            raise BrokerUnavailable(f"{self._where()}: SUBSCRIBE /queue/{queue}: {failure}")
+        return sid
+
+    def _subscribe_to(
+        self, destination: str, inbox: _Inbox, *, ack: str, **headers: str
+    ) -> tuple[str, str | None]:
+        """SUBSCRIBE and wait for its receipt: the subscription id, and the ERROR's text when
+        the broker refused it (the connection stays open)."""
         conn = self._live()
         sid = f"jb-sub-{next(self._ids)}"
         self._listener.routes[sid] = inbox
         rid = self._receipt()
         with self._translate():
-            conn.subscribe(f"/queue/{queue}", id=sid, ack=ack, headers={**headers, "receipt": rid})
-        self._await([rid], f"SUBSCRIBE /queue/{queue}")
-        return sid
+            conn.subscribe(destination, id=sid, ack=ack, headers={**headers, "receipt": rid})
+        failure = self._await_all([rid], f"SUBSCRIBE {destination}").get(rid)
+        if failure is not None:
+            self._listener.routes.pop(sid, None)
+        return sid, failure
 
     def _unsubscribe(self, sid: str) -> None:
         self._listener.routes.pop(sid, None)
@@ -537,6 +551,14 @@ class ActiveMQ:
         )
         self._polled_queue[sid] = queue
 
+    def listen(self, topic: str) -> None:
+        """SUBSCRIBE to ``/topic/<topic>`` with automatic acks."""
+        destination = f"/topic/{topic}"
+        sid, failure = self._subscribe_to(destination, self._polled, ack="auto")
+        if failure is not None:
+            raise Refused(activemq_reason(failure), f"subscribing to {destination}: {failure}")
+        self._listened[sid] = topic
+
     def poll(self, timeout: float) -> list[Held]:
         """Deliveries since the last call (and those put back); waits up to ``timeout`` s."""
         self._live()
@@ -550,9 +572,12 @@ class ActiveMQ:
         self._live()
         for frame in frames:
             if frame is not None:
-                queue = self._polled_queue.get(frame.headers.get("subscription", ""))
+                sid = frame.headers.get("subscription", "")
+                queue = self._polled_queue.get(sid)
                 if queue is not None:
                     out.append(self._held(queue, frame, peeked=False))
+                elif sid in self._listened:
+                    out.append(Held(self._listened[sid], _message(frame), None))
         return out
 
     # -- putting -------------------------------------------------------------------------------
@@ -650,12 +675,15 @@ class ActiveMQ:
             raise
 
     def publish(self, destination: str, message: Message) -> None:
-        """SEND (a BytesMessage) with a receipt and wait for it."""
+        """SEND (a BytesMessage) with a receipt and wait for it; an ERROR for it (the
+        connection stays open) is PutRefused."""
         conn = self._live()
         rid = self._receipt()
         with self._translate():
             self._send(conn, destination, message, text=False, receipt=rid)
-        self._await([rid], f"SEND {destination}")
+        failure = self._await_all([rid], f"SEND {destination}").get(rid)
+        if failure is not None:
+            raise PutRefused(0, activemq_reason(failure), failure, destination)
 
     def _send(
         self,

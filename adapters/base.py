@@ -109,6 +109,13 @@ class StagingBroker(Protocol):
     def subscribe(self, queue: str, prefetch: int) -> None:
         """Start receiving ``queue``'s messages into ``poll``, at most ``prefetch`` held at once."""
 
+    def listen(self, topic: str) -> None:
+        """Start receiving what is published to ``topic`` (a topic name: ``/topic/<topic>``)
+        from now on into ``poll``, as Held messages whose ``queue`` is ``topic`` and whose
+        ``token`` is None: acknowledged on delivery, never settled or put back. The
+        subscription is this connection's own and goes with it. Refused when the broker does
+        not let this user subscribe (the connection stays usable)."""
+
     def poll(self, timeout: float) -> list[Held]:
         """Messages delivered by subscriptions since the last call; waits up to ``timeout``
         seconds for the first one. Also services the connection (heart-beats)."""

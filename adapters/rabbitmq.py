@@ -328,6 +328,7 @@ class RabbitMQ:
         self._confirm: BlockingChannel | None = None
         self._scratch: BlockingChannel | None = None
         self._tx: BlockingChannel | None = None
+        self._listening: BlockingChannel | None = None  # listen's subscriptions
         self._returned: list[tuple[str, str, bytes]] = []
         self._generation = 0
         self._declared: set[str] = set()
@@ -356,7 +357,7 @@ class RabbitMQ:
     def close(self) -> None:
         """Close the connection; the broker returns everything held to its queue."""
         conn, self._conn = self._conn, None
-        self._main = self._confirm = self._scratch = self._tx = None
+        self._main = self._confirm = self._scratch = self._tx = self._listening = None
         self._delivered.clear()
         self._holding.clear()
         if conn is not None and conn.is_open:
@@ -384,7 +385,7 @@ class RabbitMQ:
         return self._main is not None and self._main.is_open
 
     def _drop_side_channels(self) -> None:
-        for attr in ("_confirm", "_scratch", "_tx"):
+        for attr in ("_confirm", "_scratch", "_tx", "_listening"):
             ch: BlockingChannel | None = getattr(self, attr)
             if ch is not None and not ch.is_open:
                 setattr(self, attr, None)
@@ -522,6 +523,44 @@ class RabbitMQ:
     ) -> None:
         assert method.delivery_tag is not None
         self._delivered.append(self._held(queue, method.delivery_tag, props, body))
+
+    def listen(self, topic: str) -> None:
+        """A server-named exclusive queue bound to ``amq.topic`` with ``topic`` as its key (what
+        the STOMP plugin does for a SUBSCRIBE to ``/topic/<topic>``), consumed with automatic
+        acks on a channel of its own: a refusal closes only that channel."""
+        self._channel()
+        assert self._conn is not None
+        with self._translate():
+            if self._listening is None or not self._listening.is_open:
+                self._listening = self._conn.channel()
+            ch = self._listening
+        try:
+            ok = ch.queue_declare("", exclusive=True, auto_delete=True)
+            name = ok.method.queue or ""
+            ch.queue_bind(name, "amq.topic", routing_key=topic)
+            ch.basic_consume(name, functools.partial(self._on_heard, topic), auto_ack=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                with self._translate():
+                    raise
+            self._listening = None
+            raise Refused(
+                refusal_reason(exc.reply_code, exc.reply_text),
+                f"subscribing to /topic/{topic}: ({exc.reply_code}) {exc.reply_text}",
+            ) from None
+        except (pika.exceptions.AMQPError, OSError):
+            with self._translate():
+                raise
+
+    def _on_heard(
+        self,
+        topic: str,
+        _ch: BlockingChannel,
+        _method: pika.spec.Basic.Deliver,
+        props: pika.BasicProperties,
+        body: bytes,
+    ) -> None:
+        self._delivered.append(Held(topic, Message(stomp_headers(props), body), None))
 
     def poll(self, timeout: float) -> list[Held]:
         """Deliveries since the last call; waits up to ``timeout`` s for the first."""

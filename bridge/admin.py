@@ -115,14 +115,10 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             try:
-                taken = tools.take(broker, self.layout, message_id)
+                outcome = tools.cancel(broker, self.layout, message_id)
             except tools.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
-            if taken is None:
-                return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
-            if self.staging_stats is not None:
-                self.staging_stats.cancelled += 1
-            return web.json_response({"cancelled": message_id})
+            return self._outcome(message_id, outcome)
 
         return await self._with_broker(work)
 
@@ -131,14 +127,28 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             try:
-                released = tools.release_now(broker, self.layout, message_id, name=self.broker)
+                outcome = tools.release_now(broker, self.layout, message_id, name=self.broker)
             except tools.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
-            if not released:
-                return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
-            return web.json_response({"released": message_id})
+            return self._outcome(message_id, outcome)
 
         return await self._with_broker(work)
+
+    def _outcome(self, message_id: str, outcome: tools.Outcome | None) -> web.Response:
+        """200 with what was done; 404 when nothing had the message; 409 when the engine
+        that held it could not do as asked (its time to live was up, its target refused it).
+        Counted here when this process did it; an engine counts what it does."""
+        if outcome is None:
+            return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
+        stats = self.staging_stats
+        if stats is not None and not outcome.by_engine:
+            if outcome.done == "cancelled":
+                stats.tools_cancelled += 1
+            else:
+                stats.tools_released += 1
+        if not outcome.as_asked:
+            return web.json_response({"error": outcome.describe(message_id)}, status=409)
+        return web.json_response({outcome.done: message_id})
 
     async def start(self, where: Endpoint) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)

@@ -92,12 +92,14 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
                 print(tools.render(found, as_json=ns.json))
             return 0
         if ns.action == "cancel":
-            gone = tools.take(broker, layout, ns.message_id)
-            print(f"cancelled {ns.message_id}" if gone else tools.NOT_FOUND.format(ns.message_id))
-            return 0 if gone else EXIT_NOT_FOUND
-        done = tools.release_now(broker, layout, ns.message_id, name=settings.broker)
-        print(f"released {ns.message_id}" if done else tools.NOT_FOUND.format(ns.message_id))
-        return 0 if done else EXIT_NOT_FOUND
+            outcome = tools.cancel(broker, layout, ns.message_id)
+        else:
+            outcome = tools.release_now(broker, layout, ns.message_id, name=settings.broker)
+        if outcome is None:
+            print(tools.NOT_FOUND.format(ns.message_id))
+            return EXIT_NOT_FOUND
+        print(outcome.describe(ns.message_id))
+        return 0 if outcome.as_asked else EXIT_FAILURE
     finally:
         broker.close()
 

@@ -38,9 +38,10 @@ from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge import logs
-from bridge.errors import BrokerUnavailable, PutRefused
+from bridge.errors import BrokerUnavailable, PutRefused, Refused
 from bridge.staging.envelope import (
     FRAME_ONLY,
+    MESSAGE_ID,
     PREFIX,
     Staged,
     as_plain_headers,
@@ -48,6 +49,7 @@ from bridge.staging.envelope import (
     released_headers,
 )
 from bridge.staging.levels import MIN_LEVEL, Layout
+from bridge.staging.orders import Action, Order, Orders, destination
 from bridge.staging.stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD
 
@@ -108,6 +110,12 @@ class _Kind(Enum):
     EXPIRE = "expire"
     INVALID = "invalid"
     UNDELIVERABLE = "undeliverable"
+    CANCEL = "cancel"  # an operator's order: acknowledged, never delivered
+    RELEASE_NOW = "release-now"  # an operator's order: delivered before its due time
+
+
+# What an operator's order did, as its answer says.
+_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired"}
 
 
 @dataclass(slots=True)
@@ -120,6 +128,7 @@ class _Work:
     queue: str | None = None  # HOP: the queue entered; INVALID: the queue it was found on
     error: str | None = None
     refused: PutRefused | None = None  # UNDELIVERABLE: why
+    order: Order | None = None  # the operator's order this carries out, answered once done
 
 
 class Engine:
@@ -193,6 +202,10 @@ class Engine:
         # Streamed heads to hop, in the order taken; their next queue is chosen when settled.
         self._hops: collections.deque[tuple[Held, Staged]] = collections.deque()
         self._next_look: dict[str, int] = {}  # level queue -> epoch ms; absent = look now
+        # Operators' orders (cancel, release now) heard on the control topic, by message id:
+        # carried out on the held copy at once, and on any copy met while they stand.
+        self._orders = Orders()
+        self._answers: list[tuple[Order, str]] = []  # carried out: (order, what was done)
         self._connected = False
         self._connected_at = 0
         self._reconnect_at = 0
@@ -239,6 +252,8 @@ class Engine:
             now_ms = max(now_ms, self.clock())
             self._absorb(self.broker.poll(0), now_ms)
             self._release(now_ms)
+            if self._answers:
+                self._answer()
             if not more and self._count_due(now_ms):
                 self._count_pending(now_ms)
         except BrokerUnavailable as error:
@@ -300,6 +315,14 @@ class Engine:
         self.broker.subscribe(self.layout.ready, self.ready_prefetch)
         for queue in self._streamed:
             self.broker.subscribe(queue, self.level_prefetch)
+        try:
+            self.broker.listen(self.layout.control)
+        except Refused as refused:
+            self.log.warning(
+                "cannot listen to the control topic: staged cancel and release will not reach "
+                "the messages this engine holds (those due within about two minutes)",
+                topic=self.layout.control, error=str(refused),
+            )
         self._connected = True
         self._connected_at = now_ms
         self.log.info("staging engine connected")
@@ -457,6 +480,8 @@ class Engine:
             staged = Staged.of(held.message.headers)
         except (KeyError, ValueError) as error:
             return self._invalid(held, error)
+        if self._orders and (order := self._orders.get(staged.message_id, now_ms)) is not None:
+            return self._carry_out(order, held, staged, now_ms)
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
             return _Work(_Kind.EXPIRE, Move(held), staged)
         if staged.due_ms <= now_ms:  # late (the engine was away): straight to the target
@@ -486,12 +511,19 @@ class Engine:
 
     def _absorb(self, delivered: Sequence[Held], now_ms: int) -> None:
         """Take the ready subscription's deliveries into the heap."""
+        control, orders = self.layout.control, self._orders
         for held in delivered:
+            if held.queue == control:
+                self._take_order(held.message, now_ms)
+                continue
             buffer = self._buffers.get(held.queue)
             try:
                 staged = Staged.of(held.message.headers)
             except (KeyError, ValueError) as error:
                 self._pending.append(self._invalid(held, error))
+                continue
+            if orders and (order := orders.get(staged.message_id, now_ms)) is not None:
+                self._pending.append(self._carry_out(order, held, staged, now_ms))
                 continue
             if buffer is not None:
                 buffer.append((staged.entered_ms + self._dwell[held.queue] - self.lead_ms, held))
@@ -525,6 +557,76 @@ class Engine:
         move = Move(held, staged.target, Message(headers, held.message.body))
         return _Work(_Kind.RELEASE, move, staged)
 
+    # -- operators' orders ------------------------------------------------------------------
+
+    def _take_order(self, message: Message, now_ms: int) -> None:
+        """An order heard on the control topic: remember it, and carry it out on every copy
+        of its message this engine holds (settled with the next releases)."""
+        try:
+            order = Order.of(message.headers)
+        except ValueError as error:
+            self.log.warning("ignored a message on the control topic", error=str(error))
+            return
+        self._orders.add(order, now_ms)
+        found = self._unhold(order.message_id)
+        self.log.info("operator order", order=order.action.value, message_id=order.message_id,
+                      held=len(found))
+        for held, staged in found:
+            self._pending.append(self._carry_out(order, held, staged, now_ms))
+        # Look at every peeked level's head now: ActiveMQ pushes a head to the engine's peek
+        # subscription, where no one else can take it, long before the engine looks at it.
+        for queue in self._peeked:
+            self._next_look.pop(queue, None)
+
+    def _unhold(self, message_id: str) -> list[tuple[Held, Staged]]:
+        """Take every held copy of ``message_id`` out of the level buffers, the hops to settle
+        and the release heap. (One in ``_pending`` is being settled already.)"""
+        found: list[tuple[Held, Staged]] = []
+
+        def match(held: Held) -> bool:
+            return held.message.headers.get(MESSAGE_ID) == message_id
+
+        for queue, buffer in self._buffers.items():
+            if any(match(held) for _, held in buffer):
+                keep = collections.deque[tuple[int, Held]]()
+                for entry in buffer:
+                    if match(entry[1]):
+                        found.append((entry[1], Staged.of(entry[1].message.headers)))
+                    else:
+                        keep.append(entry)
+                self._buffers[queue] = keep
+        if any(match(held) for held, _ in self._hops):
+            found += [(h, s) for h, s in self._hops if match(h)]
+            self._hops = collections.deque((h, s) for h, s in self._hops if not match(h))
+        if any(match(entry[2]) for entry in self._heap):
+            found += [(e[2], e[3]) for e in self._heap if match(e[2])]
+            self._heap = [e for e in self._heap if not match(e[2])]
+            heapq.heapify(self._heap)
+        return found
+
+    def _carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> _Work:
+        """The move that does what ``order`` says with one held copy of its message."""
+        if order.action is Action.CANCEL:
+            return _Work(_Kind.CANCEL, Move(held), staged, order=order)
+        if staged.expires_ms is not None and staged.expires_ms <= now_ms:
+            return _Work(_Kind.EXPIRE, Move(held), staged, order=order)
+        work = self._released(held, staged, now_ms)
+        work.kind, work.order = _Kind.RELEASE_NOW, order
+        return work
+
+    def _answer(self) -> None:
+        """Tell the tools that gave the orders just carried out (a lost answer only makes a
+        tool look on the queues and say it found nothing)."""
+        answers, self._answers = self._answers, []
+        for order, done in answers:
+            if not order.reply_topic:
+                continue
+            try:
+                self.broker.publish(destination(order.reply_topic), order.answer(done))
+            except PutRefused as refused:
+                self.log.warning("cannot answer an operator order", topic=order.reply_topic,
+                                 message_id=order.message_id, error=str(refused))
+
     # -- settling ---------------------------------------------------------------------------
 
     def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> _Work:
@@ -553,7 +655,7 @@ class Engine:
         headers[FAILED_AT] = str(now_ms)
         move = Move(w.move.held, self._undeliverable_dest,
                     Message(headers, w.move.held.message.body))
-        return _Work(_Kind.UNDELIVERABLE, move, w.staged, refused=refused)
+        return _Work(_Kind.UNDELIVERABLE, move, w.staged, refused=refused, order=w.order)
 
     def _settle(self, work: list[_Work], now_ms: int) -> None:
         """Settle ``work``; a release the broker refuses goes to the undeliverable queue and
@@ -570,7 +672,7 @@ class Engine:
                 bad = work[index]
                 self._record(done, max(now_ms, self.clock()))
                 rest = [w for i, w in enumerate(work) if i > index and i not in also]
-                if bad.kind is _Kind.RELEASE:
+                if bad.kind in (_Kind.RELEASE, _Kind.RELEASE_NOW):
                     work = [self._undeliverable(bad, refused, now_ms), *rest]
                 elif bad.kind is _Kind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
                     # The message itself cannot be put (it would fail at every reconnect and
@@ -605,6 +707,17 @@ class Engine:
                 stats.observe_lateness(late_ms)
                 self.log.debug("released", message_id=staged.message_id, target=staged.target,
                                late_ms=late_ms)
+            elif w.kind is _Kind.CANCEL:
+                assert staged is not None
+                stats.cancelled += 1
+                self.log.info("cancelled by an operator, not delivered",
+                              message_id=staged.message_id, target=staged.target,
+                              due_ms=staged.due_ms)
+            elif w.kind is _Kind.RELEASE_NOW:
+                assert staged is not None
+                stats.released += 1  # early on purpose: not a lateness
+                self.log.info("released by an operator", message_id=staged.message_id,
+                              target=staged.target, early_ms=staged.due_ms - now_ms)
             elif w.kind is _Kind.EXPIRE:
                 assert staged is not None
                 stats.expired += 1
@@ -632,6 +745,8 @@ class Engine:
                     target=headers.get(PREFIX + "target"),
                 ).error("unreadable staged message moved", queue=w.queue,
                         invalid_queue=self.invalid_queue, error=w.error)
+            if w.order is not None:
+                self._answers.append((w.order, _DONE.get(w.kind, w.kind.value)))
         if hops:
             stats.hops += hops
             self.log.debug("hopped", count=hops)

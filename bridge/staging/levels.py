@@ -82,6 +82,11 @@ class Layout:
             return self.level_of(remaining_ms >> MIN_LEVEL << MIN_LEVEL)
         return self.level(min(remaining_ms.bit_length() - 1, MAX_LEVEL))
 
+    @property
+    def control(self) -> str:
+        """The topic on which operators' tools give orders to the running engines."""
+        return f"{self.prefix}.control"
+
     def owns(self, name: str) -> bool:
         """Whether a destination (``/amq/queue/x``, ``/queue/x``, ``/exchange/e/x``...) or a
         queue name addresses one of the staging queues: its last segment is the prefix or

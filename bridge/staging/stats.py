@@ -37,6 +37,7 @@ Metric = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
 # The engine's numbers, in this order in ``slots``; then the lateness bucket counts.
 ENGINE_FIELDS = (
     "released", "expired", "invalid", "undeliverable", "hops", "reconnects", "lateness_sum_ms",
+    "cancelled",  # by the engine, on an operator's order
     "pending_count",  # pending messages as last counted by the engine; -1 = unknown
 )
 LATENESS_SLOT = len(ENGINE_FIELDS)
@@ -70,7 +71,8 @@ class _Slot:
 class StagingStats:
     """What happened to staged messages; each field has a single writer."""
 
-    released = _Slot("released")
+    released = _Slot("released")  # by the engine, on time or on an operator's order
+    cancelled = _Slot("cancelled")
     expired = _Slot("expired")
     invalid = _Slot("invalid")
     undeliverable = _Slot("undeliverable")  # releases the broker refused (undeliverable queue)
@@ -91,7 +93,9 @@ class StagingStats:
             raise ValueError(f"staging stats need {SLOTS} slots, not {len(slots)}")
         self.slots = slots
         self.staged = 0  # by the interceptor (``on_staged``), not by the engine
-        self.cancelled = 0  # by the operator tools
+        # By the admin endpoints, on the staging queues (in the bridge's process).
+        self.tools_cancelled = 0
+        self.tools_released = 0
         # Pending messages as the scrape sees them: a hook that only reads a number (the engine
         # counts every few seconds), or None for no gauge at all (no engine).
         self.pending = pending
@@ -149,12 +153,12 @@ class _StagingCollector(Collector):
         for name, doc, value in (
             ("jms_bridge_staged", "Delayed sends staged.", s.staged),
             ("jms_bridge_staging_released", "Staged messages released to their target.",
-             s.released),
+             s.released + s.tools_released),
             ("jms_bridge_staging_expired",
              "Staged messages that expired before release (MQFB_EXPIRATION), not delivered.",
              s.expired),
             ("jms_bridge_staging_cancelled", "Staged messages cancelled by an operator.",
-             s.cancelled),
+             s.cancelled + s.tools_cancelled),
             ("jms_bridge_staging_invalid",
              "Unreadable messages found on staging queues and moved to the invalid queue.",
              s.invalid),

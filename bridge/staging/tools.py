@@ -1,12 +1,15 @@
 """``jms-bridge staged list|count|cancel|release``: operators' view of pending messages.
 
 Staged copies are found by their original message id (``jms-bridge-message-id``, which is
-also their correlation id, as on IBM MQ's staging queue) or by target. A message a running
-engine holds is out of their reach: one due within about a second, and the first 1,000 (the
-level prefetch) of each level of up to about a minute, which the engine takes ahead: so most
-messages due within about two minutes. RabbitMQ does not show it at all (a get does not see
-unacknowledged messages); ActiveMQ lists it, and cancel and release wait for the engine to let
-it go (``PATIENCE_S``), then give up (Busy).
+also their correlation id, as on IBM MQ's staging queue) or by target.
+
+A running engine holds the messages it has taken ahead: one due within about a second, and the
+first 1,000 (the level prefetch) of each level of up to about a minute, so most messages due
+within about two minutes. No other connection can take those from the broker, so cancel and
+release, when the staging queues do not give them the message, send their order to the
+running engines (``bridge.staging.orders``) and wait up to ``ANSWER_S`` for the one holding it
+to answer. ``list`` and ``count`` read the queues only: RabbitMQ does not show held messages
+(a get does not see unacknowledged messages); ActiveMQ lists them.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from adapters.base import Message, StagingBroker
-from bridge.errors import BridgeError
+from bridge import logs
+from bridge.errors import BridgeError, PutRefused, Refused
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
+from bridge.staging.orders import Action, Order, destination
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +76,8 @@ def render(items: list[Row], *, as_json: bool) -> str:
 
 
 NOT_FOUND = (
-    "no staged message {} on the staging queues (a running staging engine holds most messages "
-    "due within about two minutes, out of reach of these tools)"
+    "no staged message {}: not on the staging queues, and no running staging engine answered "
+    "that it holds it"
 )
 
 
@@ -83,6 +89,80 @@ class Busy(BridgeError):
 # head to the engine's peek subscription, where it stays until the engine's next look at that
 # level (the engine's recheck, 5 s) unless it is due sooner.
 PATIENCE_S = 8.0
+# How long cancel and release wait for an engine to answer an order. An engine hears it at its
+# next poll: within milliseconds when idle, later while it settles a burst.
+ANSWER_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a staged message a tool was asked to cancel or release."""
+
+    done: str  # "cancelled", "released"; from an engine also "expired", "undeliverable"
+    by_engine: bool  # a running engine held it and did it
+
+    @property
+    def as_asked(self) -> bool:
+        return self.done in ("cancelled", "released")
+
+    def describe(self, message_id: str) -> str:
+        if self.done == "expired":
+            return f"expired {message_id}: its time to live was up, it is not delivered"
+        if self.done == "undeliverable":
+            return (f"undeliverable {message_id}: its target refused it; it is on the "
+                    "undeliverable staging queue")
+        return f"{self.done} {message_id}"
+
+
+def cancel(
+    broker: StagingBroker, layout: Layout, message_id: str, *,
+    patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
+) -> Outcome | None:
+    """Make sure the staged message ``message_id`` is never delivered. None when neither the
+    staging queues nor a running engine have it; Busy as ``take``."""
+    return _carry_out(broker, layout, Action.CANCEL, message_id, None, patience_s, answer_s)
+
+
+def _carry_out(
+    broker: StagingBroker, layout: Layout, action: Action, message_id: str,
+    then: Callable[[Message], None] | None, patience_s: float, answer_s: float,
+) -> Outcome | None:
+    """The staging queues first (no wait when the message is there); then the engines; then
+    the queues again, for a message that was between two of them meanwhile."""
+    done = "cancelled" if action is Action.CANCEL else "released"
+    found = find(broker, layout, message_id)
+    if found is not None and broker.take(found[0], envelope.MESSAGE_ID, message_id, then):
+        return Outcome(done, by_engine=False)
+    answer = ask_engines(broker, layout, action, message_id, answer_s)
+    if answer is not None:
+        return Outcome(answer, by_engine=True)
+    if take(broker, layout, message_id, then=then, patience_s=patience_s) is None:
+        return None
+    return Outcome(done, by_engine=False)
+
+
+def ask_engines(
+    broker: StagingBroker, layout: Layout, action: Action, message_id: str, wait_s: float
+) -> str | None:
+    """Send the order to every running engine; what the one holding the message did with it,
+    or None when none answered within ``wait_s`` (or the broker lets us give no orders).
+    Every engine carries the order out on any copy of the message it meets for a while after
+    (``orders.KEEP_MS``), answered or not."""
+    log = logs.get("staging.tools").bind(message_id=message_id, order=action.value)
+    reply = f"{layout.control}.reply.{uuid.uuid4().hex}"
+    order = Order.new(action, message_id, reply)
+    try:
+        broker.listen(reply)
+        broker.publish(destination(layout.control), order.message())
+    except (Refused, PutRefused) as refused:
+        log.warning("cannot give the running staging engines an order", error=str(refused))
+        return None
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        for held in broker.poll(left):
+            if held.queue == reply and (done := order.answered(held.message.headers)):
+                return done
+    return None
 
 
 def take(
@@ -124,11 +204,12 @@ def find(broker: StagingBroker, layout: Layout, message_id: str) -> tuple[str, M
 
 def release_now(
     broker: StagingBroker, layout: Layout, message_id: str, *, name: str,
-    patience_s: float = PATIENCE_S,
-) -> bool:
+    patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
+) -> Outcome | None:
     """Deliver a staged message to its target now: hold the staged copy, put the restored
     message to its target (confirmed), and only then remove the staged copy (a crash in
-    between duplicates, never loses). False when no staging queue has it."""
+    between duplicates, never loses); or have the engine that holds it do the same. None when
+    neither the staging queues nor a running engine have it."""
 
     def deliver(message: Message) -> None:
         info = envelope.Staged.of(message.headers)
@@ -136,4 +217,4 @@ def release_now(
         headers = envelope.released_headers(message.headers, broker=name, now_ms=now)
         broker.publish(info.target, Message(headers, message.body))
 
-    return take(broker, layout, message_id, then=deliver, patience_s=patience_s) is not None
+    return _carry_out(broker, layout, Action.RELEASE, message_id, deliver, patience_s, answer_s)

@@ -257,3 +257,68 @@ def test_admin_http_lists_and_cancels_staged(bridge: BridgeProcess, broker: Brok
     assert json.loads(bridge.http(f"/staged?target={dest}")[1]) == []
     status, reply = _post(bridge, f"/staged/{row['message_id']}/cancel")
     assert status == 404 and "no staged message" in reply["error"]
+
+
+def test_cancel_and_release_reach_messages_the_engine_holds(bridge: BridgeProcess,
+                                                            broker: Broker, queue: str) -> None:
+    """Messages due within a minute are taken ahead by the running engine, out of the tools'
+    reach on the queues (RabbitMQ does not even list them): the tools give the engine the order,
+    and it cancels or releases the copy it holds."""
+    dest = broker.queue_destination(queue)
+    conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+    conn.subscribe(dest, id="h", ack="auto")
+    sent = now_ms()
+    original: dict[str, str] = {}
+    for name, delay in (("soon", 6_000), ("later", 40_000)):
+        ids = {}
+        if broker.name == "rabbitmq":  # the producer's id is the original id there
+            ids = {"amqp-message-id": f"ID:{name}-{uuid.uuid4().hex}"}
+            original[name] = ids["amqp-message-id"]
+        conn.send(dest, name, headers={"x-delay": str(delay), "receipt": name, **ids})
+        assert inbox.wait_receipt(name)
+    time.sleep(1.5)  # the engine's level subscriptions take both ahead
+    listed = json.loads(staged_cli(bridge, "list", "--target", dest, "--json").stdout)
+    if broker.name == "rabbitmq":
+        assert listed == [], "held by the engine: RabbitMQ does not show them on the queues"
+    else:  # ActiveMQ lists what consumers hold (and the bridge assigned the ids)
+        original = {"soon" if r["size"] == 4 else "later": r["message_id"] for r in listed}
+    soon_id, later_id = original["soon"], original["later"]
+    cancelled_before = bridge.metric("jms_bridge_staging_cancelled_total")
+    cancelled = staged_cli(bridge, "cancel", soon_id)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert cancelled.stdout.strip() == f"cancelled {soon_id}"
+    assert bridge.metric("jms_bridge_staging_cancelled_total") == cancelled_before + 1, \
+        "counted by the engine, which did it"
+    released = staged_cli(bridge, "release", later_id)
+    assert released.returncode == 0, released.stdout + released.stderr
+    got = inbox.take(1, timeout=10)
+    assert [m.body for m in got] == ["later"]
+    assert now_ms() < sent + 40_000
+    time.sleep(max(0.0, (sent + 6_000 + 2_000 - now_ms()) / 1000))
+    assert inbox.take(1, timeout=0.5) == [], "a cancelled message was delivered"
+    conn.disconnect()
+    again = staged_cli(bridge, "cancel", soon_id)
+    assert again.returncode == 3 and "no staged message" in again.stdout
+
+
+LIMITED = {
+    "rabbitmq": ["--upstream-amqp", "amqp://jms-bridge-limited:limited@127.0.0.1:5672/%2F"],
+    "activemq": ["--upstream-stomp", "stomp://limited:limited@127.0.0.1:61623"],
+}
+
+
+def test_tools_not_allowed_to_give_orders_use_the_queues_only(broker: Broker) -> None:
+    """The restricted users may not publish on the control topic (ActiveMQ) or bind a queue
+    to it (RabbitMQ): the tool says why, looks on the staging queues only, and finds nothing."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "staged", "cancel", "ID:never-staged",
+         "--broker", broker.name, *LIMITED[broker.name]],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "no staged message ID:never-staged" in done.stdout
+    assert "cannot give the running staging engines an order" in done.stderr
+    assert "MQRC_NOT_AUTHORIZED" in done.stderr
+    assert "Traceback" not in done.stderr
+    print(f"{broker.name}: {time.monotonic() - started:.1f} s")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from adapters.base import Held, Message, Move
-from bridge.errors import BrokerUnavailable, PutRefused
+from bridge.errors import BrokerUnavailable, PutRefused, Refused
 from bridge.staging.envelope import STAGING_DESTINATION
 from policies.reasons import Reason
 
@@ -60,6 +60,9 @@ class MemoryBroker:
         self.counts = 0  # depths() calls
         self._held: dict[int, _Holding] = {}
         self._subs: dict[str, int] = {}
+        self.listening: set[str] = set()  # topics
+        self.refuse_listen: Reason | None = None  # listen raises Refused with this
+        self._heard: list[Held] = []
         self._sub_held: Counter[str] = Counter()
         self._tokens = itertools.count()
         self._seq = itertools.count()
@@ -151,6 +154,13 @@ class MemoryBroker:
             self._check()
             self._subs[queue] = prefetch
 
+    def listen(self, topic: str) -> None:
+        with self._lock:
+            self._check()
+            if self.refuse_listen is not None:
+                raise Refused(self.refuse_listen, f"subscribing to /topic/{topic}")
+            self.listening.add(topic)
+
     def poll(self, timeout: float) -> list[Held]:
         with self._lock:
             self._check()
@@ -158,7 +168,7 @@ class MemoryBroker:
                 self._fail_poll = False
                 self._lose()
                 raise BrokerUnavailable("memory broker: connection reset during poll")
-            out: list[Held] = []
+            out, self._heard = self._heard, []
             for queue, prefetch in self._subs.items():
                 entries = self.queues.get(queue)
                 while entries and self._sub_held[queue] < prefetch:
@@ -258,12 +268,19 @@ class MemoryBroker:
         self._held.clear()
         self._sub_held.clear()
         self._subs.clear()
+        self.listening.clear()
+        self._heard.clear()
         self.connected = False
 
     def _publish(self, move: Move) -> None:
         destination, message = move.destination, move.message
         assert destination is not None and message is not None
         self.published.append((self.clock(), destination, message))
+        if destination.startswith("/topic/"):  # only to those listening now
+            topic = destination[len("/topic/"):]
+            if topic in self.listening:
+                self._heard.append(Held(topic, Message(dict(message.headers), message.body), None))
+            return
         for prefix in ("/amq/queue/", "/queue/"):
             if destination.startswith(prefix):
                 self.put(destination[len(prefix):], Message(dict(message.headers), message.body))

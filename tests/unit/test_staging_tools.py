@@ -91,5 +91,6 @@ def test_release_now_refused_by_the_target_keeps_the_staged_copy() -> None:
 def test_release_now_of_an_unknown_message_is_false() -> None:
     broker = MemoryBroker()
     broker.connect()
-    assert not tools.release_now(broker, LAYOUT, "ID:never-staged", name=broker.name)
-    assert broker.published == []
+    assert tools.release_now(broker, LAYOUT, "ID:never-staged", name=broker.name,
+                             answer_s=0.05) is None
+    assert [d for _, d, _ in broker.published] == ["/topic/" + LAYOUT.control], "only the order"

@@ -1,0 +1,117 @@
+"""Operators' orders to the running staging engines: cancel or release one staged message.
+
+A running engine holds the messages it has taken ahead (each short level's prefetch, the ready
+heap), and no other connection can take those from the broker (RabbitMQ does not even show
+them). So ``jms-bridge staged cancel`` and ``release`` also publish an order on the control topic
+(``Layout.control``) that every engine listens to. An engine that holds the message settles it
+at once (drops it, or puts it to its target) and answers on the reply topic the order names.
+Every engine also remembers the order for ``KEEP_MS``, and carries it out on a copy of that
+message it meets later: one that was between two queues when the order came, or a duplicate
+left by a crash. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+
+from adapters.base import Message
+from bridge.staging.envelope import MESSAGE_ID, PREFIX
+
+ORDER = PREFIX + "order"  # "cancel" or "release"
+ORDER_ID = PREFIX + "order-id"  # names the order in its answers
+REPLY_TOPIC = PREFIX + "reply-topic"  # where answers go (a topic name)
+DONE = PREFIX + "done"  # on an answer: what was done ("cancelled", "released")
+KEEP_MS = 600_000
+KEEP_MAX = 10_000  # orders remembered at once; the oldest are forgotten first
+
+
+class Action(Enum):
+    CANCEL = "cancel"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    action: Action
+    message_id: str  # the original message id (``jms-bridge-message-id``)
+    order_id: str
+    reply_topic: str | None = None
+
+    @classmethod
+    def new(cls, action: Action, message_id: str, reply_topic: str) -> Order:
+        return cls(action, message_id, uuid.uuid4().hex, reply_topic)
+
+    @classmethod
+    def of(cls, headers: dict[str, str]) -> Order:
+        """The order a control message carries; ValueError when it is not one."""
+        try:
+            action = Action(headers.get(ORDER, ""))
+        except ValueError:
+            raise ValueError(f"no order: {ORDER}={headers.get(ORDER)!r}") from None
+        message_id, order_id = headers.get(MESSAGE_ID), headers.get(ORDER_ID)
+        if not message_id or not order_id:
+            raise ValueError(f"an order needs {MESSAGE_ID} and {ORDER_ID}")
+        return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None)
+
+    def message(self) -> Message:
+        headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
+        if self.reply_topic:
+            headers[REPLY_TOPIC] = self.reply_topic
+        return Message(headers, b"")
+
+    def answer(self, done: str) -> Message:
+        """What an engine that carried it out answers: ``done`` is what it did ("cancelled",
+        "released", or "expired": a message whose time to live was up is never delivered)."""
+        return Message({DONE: done, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}, b"")
+
+    def answered(self, headers: dict[str, str]) -> str | None:
+        """What was done, if ``headers`` are an answer to this order."""
+        return headers.get(DONE) if headers.get(ORDER_ID) == self.order_id else None
+
+
+def destination(topic: str) -> str:
+    """The STOMP destination that publishes to ``topic`` on both brokers."""
+    return "/topic/" + topic
+
+
+class Orders:
+    """The orders an engine remembers, by message id, each for ``keep_ms`` after it came."""
+
+    def __init__(self, keep_ms: int = KEEP_MS, keep_max: int = KEEP_MAX) -> None:
+        self.keep_ms = keep_ms
+        self.keep_max = keep_max
+        self._by_id: collections.OrderedDict[str, tuple[int, Order]] = collections.OrderedDict()
+
+    def __bool__(self) -> bool:
+        return bool(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add(self, order: Order, now_ms: int) -> None:
+        self._by_id.pop(order.message_id, None)
+        self._by_id[order.message_id] = (now_ms + self.keep_ms, order)
+        self.forget(now_ms)
+        while len(self._by_id) > self.keep_max:
+            self._by_id.popitem(last=False)
+
+    def get(self, message_id: str | None, now_ms: int) -> Order | None:
+        """The order for ``message_id`` that still stands at ``now_ms``."""
+        if message_id is None:
+            return None
+        entry = self._by_id.get(message_id)
+        if entry is None or entry[0] <= now_ms:
+            return None
+        return entry[1]
+
+    def forget(self, now_ms: int) -> None:
+        """Drop the orders whose time is up (they are kept in the order they came)."""
+        by_id = self._by_id
+        while by_id:
+            until, _ = next(iter(by_id.values()))
+            if until > now_ms:
+                return
+            by_id.popitem(last=False)
