@@ -186,6 +186,7 @@ class ActiveMQ:
     """The staging interface on ActiveMQ through one STOMP 1.2 connection."""
 
     name = "activemq"
+    sees_held = True
 
     def __init__(
         self,
@@ -394,6 +395,10 @@ class ActiveMQ:
         connection; BrokerUnavailable (and that connection closed) when there is no answer."""
         return self._sizes(queue, (queue,))[queue]
 
+    def consumers(self, queue: str) -> int:
+        """The statistics plugin's ``consumerCount`` of ``queue``."""
+        return self._sizes(queue, (queue,), field="consumerCount")[queue]
+
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         """One statistics request for queues whose names share leading dotted segments (the
         staging queues): the wildcard ``<those segments>.>`` is answered with one message per
@@ -404,9 +409,11 @@ class ActiveMQ:
             return {name: self.depth(name) for name in names}
         return self._sizes(scope + ".>", names)
 
-    def _sizes(self, expression: str, names: Sequence[str]) -> dict[str, int]:
+    def _sizes(
+        self, expression: str, names: Sequence[str], *, field: str = "size"
+    ) -> dict[str, int]:
         """Ask ActiveMQ.Statistics.Destination.<expression> and read its replies to the end of
-        the list: the ``size`` of each of ``names`` answered for, 0 for the rest."""
+        the list: ``field`` of each of ``names`` answered for, 0 for the rest."""
         conn, inbox = self._statistics()
         with contextlib.suppress(queues.Empty):
             while True:  # leftovers of a request that timed out
@@ -433,8 +440,8 @@ class ActiveMQ:
                 if not name:
                     return sizes  # the end of the list
                 queue = name.removeprefix("queue://")
-                if queue in sizes and "size" in values:
-                    sizes[queue] = int(str(values["size"]))
+                if queue in sizes and field in values:
+                    sizes[queue] = int(str(values[field]))
         except queues.Empty:
             self._close_statistics()
             raise BrokerUnavailable(

@@ -83,6 +83,9 @@ class PutCheck:
 
 class StagingBroker(Protocol):
     name: str  # "rabbitmq" | "activemq"
+    # Whether ``browse`` shows the messages consumers hold (ActiveMQ), or only the others
+    # (RabbitMQ: a get does not see unacknowledged messages).
+    sees_held: bool
 
     def connect(self) -> None:
         """Open the connection; raise BrokerUnavailable naming the broker and address."""
@@ -137,6 +140,10 @@ class StagingBroker(Protocol):
         """How many messages ``queue`` has, those held by consumers (this adapter included)
         counted, 0 when the broker has no such queue; cheap (no browsing). BrokerUnavailable
         when the broker cannot say."""
+
+    def consumers(self, queue: str) -> int:
+        """How many consumers ``queue`` has now, 0 when the broker has no such queue.
+        BrokerUnavailable when the broker cannot say."""
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         """``depth`` of each of ``queues`` (0 for one the broker does not have), asked at once

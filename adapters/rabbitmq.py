@@ -295,6 +295,7 @@ class RabbitMQ:
     """The staging interface on RabbitMQ through one pika BlockingConnection."""
 
     name = "rabbitmq"
+    sees_held = False
 
     def __init__(
         self,
@@ -447,10 +448,21 @@ class RabbitMQ:
         """A passive queue.declare's message count (ready messages) plus those this adapter
         holds unacked; messages other connections hold are not counted. 0 for a queue the
         broker does not have (its 404 closes only the scratch channel)."""
+        ok = self._declared_ok(queue)
+        ready = 0 if ok is None else ok.method.message_count or 0
+        return ready + sum(1 for q in self._holding.values() if q == queue)
+
+    def consumers(self, queue: str) -> int:
+        """A passive queue.declare's consumer count."""
+        ok = self._declared_ok(queue)
+        return 0 if ok is None else ok.method.consumer_count or 0
+
+    def _declared_ok(self, queue: str) -> Any:
+        """A passive queue.declare's answer; None for a queue the broker does not have."""
         ch = self._scratch_channel()
         try:
             with self._translate():
-                ok = ch.queue_declare(queue, passive=True)
+                return ch.queue_declare(queue, passive=True)
         except BrokerUnavailable as exc:
             cause = exc.__cause__
             missing = isinstance(cause, pika.exceptions.ChannelClosedByBroker) and (
@@ -458,9 +470,7 @@ class RabbitMQ:
             )
             if not missing or not self._main_open():
                 raise
-            ok = None
-        ready = 0 if ok is None else ok.method.message_count or 0
-        return ready + sum(1 for q in self._holding.values() if q == queue)
+            return None
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         """One passive queue.declare each: a round trip of a fraction of a millisecond."""

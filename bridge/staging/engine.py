@@ -29,7 +29,7 @@ import collections
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -205,7 +205,7 @@ class Engine:
         # Operators' orders (cancel, release now) heard on the control topic, by message id:
         # carried out on the held copy at once, and on any copy met while they stand.
         self._orders = Orders()
-        self._answers: list[tuple[Order, str]] = []  # carried out: (order, what was done)
+        self._answers: list[tuple[str, Message]] = []  # (reply topic, answer) to publish
         self._connected = False
         self._connected_at = 0
         self._reconnect_at = 0
@@ -567,6 +567,10 @@ class Engine:
         except ValueError as error:
             self.log.warning("ignored a message on the control topic", error=str(error))
             return
+        if order.action is Action.LIST:
+            if order.reply_topic:
+                self._answers.append((order.reply_topic, order.listing(self._held())))
+            return
         self._orders.add(order, now_ms)
         found = self._unhold(order.message_id)
         self.log.info("operator order", order=order.action.value, message_id=order.message_id,
@@ -577,6 +581,16 @@ class Engine:
         # subscription, where no one else can take it, long before the engine looks at it.
         for queue in self._peeked:
             self._next_look.pop(queue, None)
+
+    def _held(self) -> Iterator[Held]:
+        """Every staged message the engine holds between steps."""
+        for buffer in self._buffers.values():
+            for _, held in buffer:
+                yield held
+        for held, _ in self._hops:
+            yield held
+        for entry in self._heap:
+            yield entry[2]
 
     def _unhold(self, message_id: str) -> list[tuple[Held, Staged]]:
         """Take every held copy of ``message_id`` out of the level buffers, the hops to settle
@@ -618,14 +632,12 @@ class Engine:
         """Tell the tools that gave the orders just carried out (a lost answer only makes a
         tool look on the queues and say it found nothing)."""
         answers, self._answers = self._answers, []
-        for order, done in answers:
-            if not order.reply_topic:
-                continue
+        for topic, answer in answers:
             try:
-                self.broker.publish(destination(order.reply_topic), order.answer(done))
+                self.broker.publish(destination(topic), answer)
             except PutRefused as refused:
-                self.log.warning("cannot answer an operator order", topic=order.reply_topic,
-                                 message_id=order.message_id, error=str(refused))
+                self.log.warning("cannot answer an operator order", topic=topic,
+                                 error=str(refused))
 
     # -- settling ---------------------------------------------------------------------------
 
@@ -745,8 +757,9 @@ class Engine:
                     target=headers.get(PREFIX + "target"),
                 ).error("unreadable staged message moved", queue=w.queue,
                         invalid_queue=self.invalid_queue, error=w.error)
-            if w.order is not None:
-                self._answers.append((w.order, _DONE.get(w.kind, w.kind.value)))
+            if w.order is not None and w.order.reply_topic:
+                answer = w.order.answer(_DONE.get(w.kind, w.kind.value))
+                self._answers.append((w.order.reply_topic, answer))
         if hops:
             stats.hops += hops
             self.log.debug("hopped", count=hops)

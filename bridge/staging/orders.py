@@ -1,4 +1,5 @@
-"""Operators' orders to the running staging engines: cancel or release one staged message.
+"""Operators' orders to the running staging engines: cancel or release one staged message, or
+list the ones they hold.
 
 A running engine holds the messages it has taken ahead (each short level's prefetch, the ready
 heap), and no other connection can take those from the broker (RabbitMQ does not even show
@@ -7,18 +8,21 @@ them). So ``jms-bridge staged cancel`` and ``release`` also publish an order on 
 at once (drops it, or puts it to its target) and answers on the reply topic the order names.
 Every engine also remembers the order for ``KEEP_MS``, and carries it out on a copy of that
 message it meets later: one that was between two queues when the order came, or a duplicate
-left by a crash. Nothing here does I/O.
+left by a crash. A list order is answered by every engine with the messages it holds (those
+RabbitMQ does not show on the queues), and is not remembered. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from adapters.base import Message
-from bridge.staging.envelope import MESSAGE_ID, PREFIX
+from adapters.base import Held, Message
+from bridge.staging.envelope import DUE, MESSAGE_ID, PREFIX, TARGET
 
 ORDER = PREFIX + "order"  # "cancel" or "release"
 ORDER_ID = PREFIX + "order-id"  # names the order in its answers
@@ -31,18 +35,22 @@ KEEP_MAX = 10_000  # orders remembered at once; the oldest are forgotten first
 class Action(Enum):
     CANCEL = "cancel"
     RELEASE = "release"
+    LIST = "list"
 
 
 @dataclass(frozen=True, slots=True)
 class Order:
     action: Action
-    message_id: str  # the original message id (``jms-bridge-message-id``)
+    message_id: str  # the original message id (``jms-bridge-message-id``); LIST: "" = any
     order_id: str
     reply_topic: str | None = None
+    target: str | None = None  # LIST: only messages for this target
 
     @classmethod
-    def new(cls, action: Action, message_id: str, reply_topic: str) -> Order:
-        return cls(action, message_id, uuid.uuid4().hex, reply_topic)
+    def new(
+        cls, action: Action, message_id: str, reply_topic: str, *, target: str | None = None
+    ) -> Order:
+        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target)
 
     @classmethod
     def of(cls, headers: dict[str, str]) -> Order:
@@ -51,16 +59,41 @@ class Order:
             action = Action(headers.get(ORDER, ""))
         except ValueError:
             raise ValueError(f"no order: {ORDER}={headers.get(ORDER)!r}") from None
-        message_id, order_id = headers.get(MESSAGE_ID), headers.get(ORDER_ID)
-        if not message_id or not order_id:
+        message_id, order_id = headers.get(MESSAGE_ID, ""), headers.get(ORDER_ID)
+        if not order_id or not (message_id or action is Action.LIST):
             raise ValueError(f"an order needs {MESSAGE_ID} and {ORDER_ID}")
-        return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None)
+        return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,
+                   headers.get(TARGET) or None)
 
     def message(self) -> Message:
         headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
         if self.reply_topic:
             headers[REPLY_TOPIC] = self.reply_topic
+        if self.target:
+            headers[TARGET] = self.target
         return Message(headers, b"")
+
+    def listing(self, held: Iterable[Held]) -> Message:
+        """A LIST order's answer: the held staged messages it asks for, as JSON rows (what
+        ``jms-bridge staged list`` shows: message id, target, due time, size, queue)."""
+        rows = []
+        for h in held:
+            headers = h.message.headers
+            message_id, target = headers.get(MESSAGE_ID), headers.get(TARGET)
+            if message_id is None or target is None:
+                continue
+            if (self.message_id and message_id != self.message_id) or (
+                self.target and target != self.target
+            ):
+                continue
+            try:
+                due_ms = int(headers.get(DUE, ""))
+            except ValueError:
+                continue
+            rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
+                         "size": len(h.message.body), "queue": h.queue})
+        answer = self.answer("listed")
+        return Message(answer.headers, json.dumps(rows).encode())
 
     def answer(self, done: str) -> Message:
         """What an engine that carried it out answers: ``done`` is what it did ("cancelled",
@@ -70,6 +103,14 @@ class Order:
     def answered(self, headers: dict[str, str]) -> str | None:
         """What was done, if ``headers`` are an answer to this order."""
         return headers.get(DONE) if headers.get(ORDER_ID) == self.order_id else None
+
+
+def rows_of(body: bytes) -> list[dict[str, object]]:
+    """The rows of a LIST answer; ValueError when it is not one."""
+    rows = json.loads(body)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError("a list answer is a JSON list of objects")
+    return rows
 
 
 def destination(topic: str) -> str:

@@ -8,8 +8,9 @@ first 1,000 (the level prefetch) of each level of up to about a minute, so most 
 within about two minutes. No other connection can take those from the broker, so cancel and
 release, when the staging queues do not give them the message, send their order to the
 running engines (``bridge.staging.orders``) and wait up to ``ANSWER_S`` for the one holding it
-to answer. ``list`` and ``count`` read the queues only: RabbitMQ does not show held messages
-(a get does not see unacknowledged messages); ActiveMQ lists them.
+to answer. ``list`` and ``count`` browse the queues; where the broker does not show the
+messages consumers hold (RabbitMQ: a get does not see unacknowledged messages), they also ask
+every running engine (as many as the ready queue has consumers) for the ones it holds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from bridge import logs
 from bridge.errors import BridgeError, PutRefused, Refused
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
-from bridge.staging.orders import Action, Order, destination
+from bridge.staging.orders import Action, Order, destination, rows_of
+
+# How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
+# head to the engine's peek subscription, where it stays until the engine's next look at that
+# level (the engine's recheck, 5 s) unless it is due sooner.
+PATIENCE_S = 8.0
+# How long cancel and release wait for an engine to answer an order. An engine hears it at its
+# next poll: within milliseconds when idle, later while it settles a burst. (So does an engine
+# asked for what it holds.)
+ANSWER_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,51 @@ class Row:
 
 
 def rows(
+    broker: StagingBroker,
+    layout: Layout,
+    *,
+    target: str | None = None,
+    message_id: str | None = None,
+    answer_s: float = ANSWER_S,
+) -> Iterator[Row]:
+    """The staged messages on the staging queues, and those the running engines hold where the
+    broker does not show them (each once)."""
+    seen: set[str] = set()
+    for row in _queued_rows(broker, layout, target=target, message_id=message_id):
+        seen.add(row.message_id)
+        yield row
+    if broker.sees_held:
+        return
+    for row in held_rows(broker, layout, target=target, message_id=message_id,
+                         wait_s=answer_s):
+        if row.message_id not in seen:
+            seen.add(row.message_id)
+            yield row
+
+
+def held_rows(
+    broker: StagingBroker, layout: Layout, *, target: str | None, message_id: str | None,
+    wait_s: float,
+) -> list[Row]:
+    """What the running engines hold, from their answers to a list order: it waits for one
+    answer per consumer of the ready queue (each engine has one), up to ``wait_s``."""
+    engines = broker.consumers(layout.ready)
+    if not engines:
+        return []
+    order = Order.new(Action.LIST, message_id or "", f"{layout.control}.reply.{uuid.uuid4().hex}",
+                      target=target)
+    found: list[Row] = []
+    for answer in _ask(broker, layout, order, wait_s, answers=engines):
+        try:
+            found += [Row(str(r["message_id"]), str(r["target"]), int(str(r["due_ms"])),
+                          int(str(r["size"])), str(r["queue"]))
+                      for r in rows_of(answer.body)]
+        except (KeyError, ValueError) as error:
+            logs.get("staging.tools").warning("ignored a bad list answer", error=str(error))
+    return found
+
+
+def _queued_rows(
     broker: StagingBroker,
     layout: Layout,
     *,
@@ -85,13 +140,6 @@ class Busy(BridgeError):
     """A staged message the staging engine kept holding for all of the tool's patience."""
 
 
-# How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
-# head to the engine's peek subscription, where it stays until the engine's next look at that
-# level (the engine's recheck, 5 s) unless it is due sooner.
-PATIENCE_S = 8.0
-# How long cancel and release wait for an engine to answer an order. An engine hears it at its
-# next poll: within milliseconds when idle, later while it settles a burst.
-ANSWER_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,21 +196,34 @@ def ask_engines(
     or None when none answered within ``wait_s`` (or the broker lets us give no orders).
     Every engine carries the order out on any copy of the message it meets for a while after
     (``orders.KEEP_MS``), answered or not."""
-    log = logs.get("staging.tools").bind(message_id=message_id, order=action.value)
-    reply = f"{layout.control}.reply.{uuid.uuid4().hex}"
-    order = Order.new(action, message_id, reply)
+    order = Order.new(action, message_id, f"{layout.control}.reply.{uuid.uuid4().hex}")
+    for answer in _ask(broker, layout, order, wait_s, answers=1):
+        return order.answered(answer.headers)
+    return None
+
+
+def _ask(
+    broker: StagingBroker, layout: Layout, order: Order, wait_s: float, *, answers: int
+) -> list[Message]:
+    """Publish ``order`` on the control topic and collect up to ``answers`` answers to it
+    within ``wait_s``; none when the broker does not let us give orders (logged)."""
+    reply = order.reply_topic
+    assert reply is not None
     try:
         broker.listen(reply)
         broker.publish(destination(layout.control), order.message())
     except (Refused, PutRefused) as refused:
-        log.warning("cannot give the running staging engines an order", error=str(refused))
-        return None
+        logs.get("staging.tools").warning(
+            "cannot give the running staging engines an order", order=order.action.value,
+            message_id=order.message_id or None, error=str(refused))
+        return []
+    got: list[Message] = []
     deadline = time.monotonic() + wait_s
-    while (left := deadline - time.monotonic()) > 0:
+    while len(got) < answers and (left := deadline - time.monotonic()) > 0:
         for held in broker.poll(left):
-            if held.queue == reply and (done := order.answered(held.message.headers)):
-                return done
-    return None
+            if held.queue == reply and order.answered(held.message.headers):
+                got.append(held.message)
+    return got
 
 
 def take(

@@ -63,6 +63,7 @@ class MemoryBroker:
         self.listening: set[str] = set()  # topics
         self.refuse_listen: Reason | None = None  # listen raises Refused with this
         self._heard: list[Held] = []
+        self.extra_consumers: dict[str, int] = {}  # queue -> consumers on other connections
         self._sub_held: Counter[str] = Counter()
         self._tokens = itertools.count()
         self._seq = itertools.count()
@@ -79,6 +80,15 @@ class MemoryBroker:
         with self._lock:
             held = sum(1 for h in self._held.values() if h.held.queue == queue)
             return len(self.queues.get(queue, ())) + held
+
+    @property
+    def sees_held(self) -> bool:
+        return self.name == "activemq"
+
+    def consumers(self, queue: str) -> int:
+        """The engine's subscription, and ``extra_consumers``."""
+        with self._lock:
+            return (queue in self._subs) + self.extra_consumers.get(queue, 0)
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         with self._lock:

@@ -256,3 +256,84 @@ def test_tool_not_allowed_to_give_orders_looks_on_the_queues_only() -> None:
     broker.refuse_listen = MQRC_NOT_AUTHORIZED
     assert tools.cancel(broker, LAYOUT, "ID:held", answer_s=5.0) is None
     assert broker.orders == []
+
+
+# -- listing what the engines hold ---------------------------------------------------------------
+
+
+def test_a_list_order_is_answered_with_what_the_engine_holds() -> None:
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, _, _ = engine_for(broker, clock)
+    soon = stage(broker, delay_ms=800, now=T0, body=b"123")  # ready: the heap
+    level = stage(broker, delay_ms=5_000, now=T0)  # a streamed level: its buffer
+    other = stage(broker, delay_ms=5_000, now=T0, target="/queue/other")
+    stage(broker, delay_ms=7 * 86_400_000, now=T0)  # a peeked level: on its queue
+    engine.step(T0)
+    everything = give(broker, Action.LIST, "")
+    only = Order.new(Action.LIST, "", REPLY, target="/queue/other")
+    broker.publish(orders.destination(LAYOUT.control), only.message())
+    one = Order.new(Action.LIST, soon, REPLY)
+    broker.publish(orders.destination(LAYOUT.control), one.message())
+    clock.now = T0 + 1
+    engine.step(clock.now)
+    replies = {m.headers[orders.ORDER_ID]: orders.rows_of(m.body)
+               for _, m in broker.delivered(orders.destination(REPLY))}
+    listed = {r["message_id"]: r for r in replies[everything.order_id]}
+    assert set(listed) == {soon, level, other}
+    assert listed[soon] == {"message_id": soon, "target": TARGET, "due_ms": T0 + 800,
+                            "size": 3, "queue": LAYOUT.ready}
+    assert listed[level]["queue"] == LAYOUT.queue_for(5_000)
+    assert [r["message_id"] for r in replies[only.order_id]] == [other]
+    assert [r["message_id"] for r in replies[one.order_id]] == [soon]
+    assert not engine._orders, "a list order is not remembered"
+    drive(engine, clock, T0 + 6_000)
+    assert set(releases(broker)) == {soon, level}
+
+
+class EngineLists(MemoryBroker):
+    """A RabbitMQ-like broker with ``engines`` running engines on other connections, each
+    answering a list order with ``held`` (message id -> due)."""
+
+    def __init__(self, engines: int, held: dict[str, int]) -> None:
+        super().__init__("rabbitmq")
+        self.extra_consumers = {LAYOUT.ready: engines}
+        self.held = held
+        self.engines = engines
+
+    def publish(self, destination: str, message):  # type: ignore[no-untyped-def]
+        super().publish(destination, message)
+        if destination != orders.destination(LAYOUT.control):
+            return
+        order = Order.of(message.headers)
+        assert order.reply_topic is not None
+        held = [Held(LAYOUT.ready, Message({envelope.MESSAGE_ID: m, envelope.TARGET: TARGET,
+                                            envelope.DUE: str(due)}, b"xy"), None)
+                for m, due in self.held.items()]
+        for _ in range(self.engines):
+            self._heard.append(Held(order.reply_topic, order.listing(held), None))
+
+
+def test_list_adds_what_the_engines_hold_once_where_the_broker_does_not_show_it() -> None:
+    broker = EngineLists(engines=2, held={"ID:held": T0 + 5_000})
+    broker.connect()
+    queued = stage(broker, delay_ms=86_400_000, now=T0)
+    found = {r.message_id: r for r in tools.rows(broker, LAYOUT, answer_s=5.0)}
+    assert set(found) == {queued, "ID:held"}
+    assert found["ID:held"].due_ms == T0 + 5_000 and found["ID:held"].size == 2
+    assert found["ID:held"].queue == LAYOUT.ready
+    assert [r.message_id for r in tools.rows(broker, LAYOUT, message_id="ID:held",
+                                              answer_s=5.0)] == ["ID:held"]
+
+
+def test_list_asks_no_engine_when_none_runs_or_the_broker_shows_held_messages() -> None:
+    idle = EngineLists(engines=0, held={"ID:held": T0})
+    idle.connect()
+    assert list(tools.rows(idle, LAYOUT, answer_s=5.0)) == []
+    assert idle.published == []
+    amq = MemoryBroker("activemq")
+    amq.connect()
+    amq.extra_consumers = {LAYOUT.ready: 1}
+    stage(amq, delay_ms=86_400_000, now=T0)
+    assert len(list(tools.rows(amq, LAYOUT, answer_s=5.0))) == 1
+    assert amq.published == []
