@@ -23,6 +23,9 @@ a. Lateness. N messages (default 10,000 of 256 B) with delays uniform over 1-10 
        distinct delay rounded to 100 ms (91 queues for 1-10 s), each with x-message-ttl = that
        delay, dead-lettering through the default exchange to the target. (Per-message TTL on one
        holding queue only expires at the head, so it cannot do spread delays at all.)
+   The burst is also sent once with no delay, straight to the broker's STOMP port and consumed
+   there: the lateness of undelayed messages, what the burst itself costs before any delay
+   mechanism (the sender's clock counts the wait in the sockets and in the broker).
 b. Pending. N messages (default 200,000 of 256 B) with delays uniform over 1 h - 30 days are
    sent through the bridge with a receipt on every 1,000th, waited for before sending on: time
    to stage them all (to the last receipt), and the bridge's peak RSS (VmHWM of its process tree)
@@ -448,6 +451,7 @@ def part_a(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
     out: dict[str, Any] = {}
     burst = lateness_pair(broker_name, args, state, args.a_messages, None, random.Random(args.seed))
     out["bridge"], out["reference"] = burst["bridge"], burst["reference"]
+    out["undelayed"] = undelayed_burst(broker_name, args, args.a_messages)
     if args.a_rate > 0:
         paced = lateness_pair(broker_name, args, state, args.a_paced_messages, args.a_rate,
                               random.Random(args.seed + 1))
@@ -496,6 +500,29 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
         out["reference"] = {"errors": [f"{type(exc).__name__}: {exc}"]}
         print(f"error: {broker_name} reference: {exc}", file=sys.stderr)
     return out
+
+
+def undelayed_burst(broker_name: str, args: argparse.Namespace, n: int) -> dict[str, Any]:
+    """The same burst without a delay, sent straight to the broker's STOMP port and consumed
+    there: what a burst costs before any delay mechanism, counted the same way (arrival minus
+    the sender's clock at the send)."""
+    broker = broker_config(broker_name, args)
+    target = f"bench-delay.{uuid.uuid4().hex[:12]}"
+    wait_quiet(f"{broker_name} undelayed burst straight to the broker")
+    try:
+        run = lateness_run(broker, parse_address(broker["address"]), broker,
+                           [f"/queue/{target}"] * n, target, [0] * n, None,
+                           b"x" * args.a_size, args.timeout)
+    except (BenchError, stomp.exception.StompException, OSError) as exc:
+        print(f"error: {broker_name} undelayed burst: {exc}", file=sys.stderr)
+        return {"errors": [f"{type(exc).__name__}: {exc}"]}
+    finally:
+        if broker_name == "rabbitmq":
+            remove_queues(broker_name, args, [target])
+    run["mechanism"] = "no delay, no bridge: the broker's STOMP port"
+    report_a(broker_name, "undelayed sends straight to the broker (the burst's own cost), burst",
+             run)
+    return run
 
 
 def rabbit_ttl_reference(args: argparse.Namespace, delays: list[int], body: bytes,
@@ -768,6 +795,7 @@ def summarize(broker_name: str, result: dict[str, Any]) -> None:
     print(f"\n{broker_name}")
     a = result.get("a", {})
     rows = [(name, a[key]) for name, key in (("bridge", "bridge"), ("reference", "reference"),
+                                             ("undelayed", "undelayed"),
                                              ("bridge paced", "bridge_paced"),
                                              ("ref. paced", "reference_paced"))
             if key in a and "p50_ms" in a[key]]
