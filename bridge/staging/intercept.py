@@ -86,7 +86,7 @@ class DelayInterceptor:
         if self.layout.owns(destination):
             raise Refused(
                 MQRC_NOT_AUTHORIZED,
-                f"{destination} is a jms-bridge staging queue: clients may not "
+                f"{destination} is a jms-bridge staging queue or control topic: clients may not "
                 f"{'send to' if frame.command == 'SEND' else 'subscribe to'} it",
             )
 

@@ -164,11 +164,14 @@ def test_expired_while_staged_is_not_delivered(bridge: BridgeProcess, broker: Br
 
 
 @pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE"])
+@pytest.mark.parametrize("what", ["queue", "control topic"])
 def test_clients_cannot_use_staging_queues(bridge: BridgeProcess, broker: Broker,
-                                           command: str) -> None:
+                                           command: str, what: str) -> None:
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
     staging = ("/amq/queue/" if broker.name == "rabbitmq" else "/queue/") + \
         "jms-bridge.staging.L12"
+    if what == "control topic":  # a client could cancel or release what others staged
+        staging = "/topic/jms-bridge.staging.control"
     if command == "SEND":
         conn.send(staging, "sneaky")
     else:

@@ -8,6 +8,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -233,3 +235,54 @@ def test_nothing_is_held_unacked_on_rabbitmq(broker: Broker, tmp_path: Path,
             ready_on_level.append(channel.queue_declare(level, passive=True).method.message_count)
         amqp.close()
     assert all(n == 50 for n in ready_on_level[2:]), ready_on_level
+
+
+def staged_tool(bridge: BridgeProcess, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "staged", *args, "--broker", bridge.broker,
+         "--upstream-stomp", f"stomp://{bridge.upstream}", "--staging-prefix", prefix],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_tools_reach_what_either_of_two_engines_holds(broker: Broker, tmp_path: Path,
+                                                      queue: str) -> None:
+    """Two bridges share the staging queues, and the broker spreads a level's messages over
+    both engines' subscriptions: list shows each message once, and cancel and release reach
+    whichever engine holds it."""
+    dest = broker.queue_destination(queue)
+    delays = [8_000 + 100 * i for i in range(12)]  # each tool call takes up to 0.6 s
+    with private_bridges(broker, tmp_path, n=2) as (layout, (first, second)):
+        deadline = time.monotonic() + 20
+        while not all("staging engine connected" in p.log() for p in (first, second)):
+            assert time.monotonic() < deadline, "the staging engines did not connect"
+            time.sleep(0.1)
+        arrivals = Arrivals(broker, dest)
+        due = send_delayed(first.stomp_port, broker, dest, delays)
+        time.sleep(1.0)  # both engines take their share ahead
+        listed = staged_tool(first, layout.prefix, "list", "--target", dest, "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = json.loads(listed.stdout)
+        assert len(rows) == len(delays), rows
+        by_due = sorted(rows, key=lambda r: r["due_ms"])  # the same order as ``delays``
+        for i, row in enumerate(by_due):
+            assert due[str(i)] <= row["due_ms"] <= due[str(i)] + 1_000
+        # The brokers hand a level's messages to its consumers in turn: both parities.
+        cancel = {str(i): by_due[i]["message_id"] for i in (0, 1, 4, 5, 8)}
+        release = {str(i): by_due[i]["message_id"] for i in (9, 11)}
+        for message_id in cancel.values():
+            done = staged_tool(second, layout.prefix, "cancel", message_id)
+            assert done.returncode == 0, done.stdout + done.stderr
+        for message_id in release.values():
+            done = staged_tool(second, layout.prefix, "release", message_id)
+            assert done.returncode == 0, done.stdout + done.stderr
+        early_ok = set(release)
+        arrivals.collect(time.monotonic() + 10.0)
+        arrivals.close()
+        cancelled = [p.metric("jms_bridge_staging_cancelled_total") for p in (first, second)]
+    assert not set(arrivals.seen) & set(cancel), "a cancelled message was delivered"
+    assert set(arrivals.seen) == {str(i) for i in range(len(delays))} - set(cancel)
+    assert all(n == 1 for n in arrivals.seen.values()), arrivals.seen
+    assert set(arrivals.early) == early_ok, "only the released ones came before their due time"
+    assert sum(cancelled) == len(cancel) and min(cancelled) > 0, cancelled
+    print(f"cancelled per engine: {cancelled}")

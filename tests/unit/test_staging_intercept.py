@@ -181,6 +181,9 @@ def test_release_keeps_an_absolute_expiry_as_sent() -> None:
         ("/queue/jms-bridge.staging.ready", True),
         ("/exchange/amq.default/jms-bridge.staging.L20", True),
         ("jms-bridge.staging.undeliverable", True),
+        ("/topic/jms-bridge.staging.control", True),  # the operators' orders to the engines
+        ("/topic/jms-bridge.staging.control.reply.0f3a", True),
+        ("/exchange/amq.topic/jms-bridge.staging.control", True),
         ("/queue/jms-bridge.staging-copy", False),
         ("/queue/my-jms-bridge.staging.L12", False),
         ("/queue/orders", False),

@@ -337,3 +337,21 @@ def test_list_asks_no_engine_when_none_runs_or_the_broker_shows_held_messages() 
     stage(amq, delay_ms=86_400_000, now=T0)
     assert len(list(tools.rows(amq, LAYOUT, answer_s=5.0))) == 1
     assert amq.published == []
+
+
+def test_the_engine_listens_again_after_a_reconnect() -> None:
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, stats, _ = engine_for(broker, clock, backoff_s=(0.5, 1.0))
+    engine.step(T0)
+    broker.fail_next_poll()
+    engine.step(T0 + 1)
+    assert not broker.listening, "gone with the connection"
+    message_id = stage(broker, delay_ms=5_000, now=T0)
+    clock.now = T0 + 600
+    engine.step(clock.now)
+    assert broker.listening == {LAYOUT.control} and broker.held_count == 1
+    order = give(broker, Action.CANCEL, message_id)
+    drive(engine, clock, T0 + 6_000)
+    assert broker.delivered(TARGET) == [] and stats.cancelled == 1
+    assert answers(broker, order) == ["cancelled"]
