@@ -163,9 +163,9 @@ class Engine:
         self.log = (log or logs.get("staging")).bind(broker=broker.name, prefix=layout.prefix)
         self.ready_prefetch = ready_prefetch
         self.batch = batch
-        self.invalid_queue = f"{layout.prefix}.invalid"
+        self.invalid_queue = layout.invalid
         # Not released by the engine: an operator looks at it (IBM MQ: the dead-letter queue).
-        self.undeliverable_queue = f"{layout.prefix}.undeliverable"
+        self.undeliverable_queue = layout.undeliverable
         self._idle_ms = max(1, round(idle_poll_s * 1000))
         # A put-back head is looked at again at its exit time, and at least this often in case
         # an operator took it away and the level is now empty or headed by another.

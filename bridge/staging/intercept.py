@@ -72,7 +72,8 @@ class DelayInterceptor:
         # Only the header section can name a header: never search the body (it can be large,
         # and its bytes can make a substring search slow).
         end = frame.body_at
-        if raw.find(self._prefix, 0, end) >= 0:
+        # A SUBSCRIBE (rare) may name staging queues by a wildcard, without the prefix.
+        if raw.find(self._prefix, 0, end) >= 0 or frame.command == "SUBSCRIBE":
             self._guard(frame)
         if frame.command != "SEND":
             return raw

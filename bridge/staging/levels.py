@@ -17,6 +17,7 @@ one takes one hop per set bit above ``SECOND_LEVELS_BELOW`` and one into the sec
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 MIN_LEVEL = 10  # 1.024 s: the horizon held in memory
@@ -89,10 +90,48 @@ class Layout:
 
     def owns(self, name: str) -> bool:
         """Whether a destination (``/amq/queue/x``, ``/queue/x``, ``/exchange/e/x``...) or a
-        queue name addresses one of the staging queues: its last segment is the prefix or
-        starts with the prefix and a dot."""
-        queue = name.rsplit("/", 1)[-1]
-        return queue == self.prefix or queue.startswith(self.prefix + ".")
+        queue name addresses one of the staging queues or the control topic: its last segment
+        is the prefix or starts with the prefix and a dot. Each part of an ActiveMQ composite
+        destination (``/queue/a,b``) counts, and so does a queue wildcard (ActiveMQ's ``*`` and
+        ``>``) that matches a staging queue: a consumer of ``/queue/>`` would take staged
+        messages. (A topic wildcard only sees the control topic's orders go by.)"""
+        for part in name.split(","):
+            last = part.rsplit("/", 1)[-1]
+            if last == self.prefix or last.startswith(self.prefix + "."):
+                return True
+            if ("*" in last or ">" in last) and not part.startswith(_TOPICS):
+                pattern = _queue_wildcard(last)
+                if any(pattern.fullmatch(queue) for queue in self.all_queues):
+                    return True
+        return False
+
+    @property
+    def invalid(self) -> str:
+        """Where the engine moves what it cannot read as a staged message."""
+        return f"{self.prefix}.invalid"
+
+    @property
+    def undeliverable(self) -> str:
+        """Where the engine moves a release its target refused."""
+        return f"{self.prefix}.undeliverable"
+
+    @property
+    def all_queues(self) -> tuple[str, ...]:
+        """The level and ready queues, and those the engine moves messages aside to."""
+        return (*self.queues, self.invalid, self.undeliverable)
+
+
+_TOPICS = ("/topic/", "topic://", "/exchange/", "/temp-topic/")
+
+
+def _queue_wildcard(name: str) -> re.Pattern[str]:
+    """ActiveMQ's wildcard: ``*`` one dot-separated segment, ``>`` the rest."""
+    return re.compile(
+        r"\.".join(
+            "[^.]+" if segment == "*" else ".+" if segment == ">" else re.escape(segment)
+            for segment in name.split(".")
+        )
+    )
 
 
 def layout_for(broker: str, prefix: str = DEFAULT_PREFIX) -> Layout:

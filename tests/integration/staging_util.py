@@ -58,7 +58,7 @@ def management(broker: Broker, path: str) -> dict:  # type: ignore[type-arg]
 
 def clean(broker: Broker, layout: Layout) -> None:
     """Remove a test's staging queues and whatever is left on them."""
-    queues = [*layout.queues, f"{layout.prefix}.invalid", f"{layout.prefix}.undeliverable"]
+    queues = list(layout.all_queues)
     if broker.name == "rabbitmq":
         conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
         channel = conn.channel()

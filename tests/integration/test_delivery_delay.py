@@ -163,8 +163,10 @@ def test_expired_while_staged_is_not_delivered(bridge: BridgeProcess, broker: Br
     assert bridge.metric("jms_bridge_staging_expired_total") >= before + 1
 
 
-@pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE"])
-@pytest.mark.parametrize("what", ["queue", "control topic"])
+@pytest.mark.parametrize(("command", "what"), [
+    (command, what) for command in ("SEND", "SUBSCRIBE")
+    for what in ("queue", "control topic", "composite")
+] + [("SUBSCRIBE", "wildcard")])
 def test_clients_cannot_use_staging_queues(bridge: BridgeProcess, broker: Broker,
                                            command: str, what: str) -> None:
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
@@ -172,6 +174,10 @@ def test_clients_cannot_use_staging_queues(bridge: BridgeProcess, broker: Broker
         "jms-bridge.staging.L12"
     if what == "control topic":  # a client could cancel or release what others staged
         staging = "/topic/jms-bridge.staging.control"
+    elif what == "composite":  # ActiveMQ: a SEND to both queues, a consumer of both
+        staging = "/queue/jbt-other,jms-bridge.staging.L12"
+    elif what == "wildcard":  # ActiveMQ: a consumer of every queue, the staging ones too
+        staging = "/queue/>"
     if command == "SEND":
         conn.send(staging, "sneaky")
     else:

@@ -184,6 +184,19 @@ def test_release_keeps_an_absolute_expiry_as_sent() -> None:
         ("/topic/jms-bridge.staging.control", True),  # the operators' orders to the engines
         ("/topic/jms-bridge.staging.control.reply.0f3a", True),
         ("/exchange/amq.topic/jms-bridge.staging.control", True),
+        # ActiveMQ composites: each part is a destination of its own.
+        ("/queue/orders,jms-bridge.staging.L12", True),
+        ("/topic/news,jms-bridge.staging.control", True),
+        ("/queue/orders,topic://jms-bridge.staging.control", True),
+        ("/queue/orders,audit", False),
+        # ActiveMQ queue wildcards that reach staging queues would consume staged messages.
+        ("/queue/>", True),
+        ("/queue/jms-bridge.>", True),
+        ("/queue/*.staging.ready", True),
+        ("/queue/jms-bridge.staging.*", True),
+        ("/queue/orders.>", False),
+        ("/queue/*.orders", False),
+        ("/topic/>", False),  # sees the control topic's orders go by, takes nothing
         ("/queue/jms-bridge.staging-copy", False),
         ("/queue/my-jms-bridge.staging.L12", False),
         ("/queue/orders", False),
@@ -192,8 +205,20 @@ def test_release_keeps_an_absolute_expiry_as_sent() -> None:
 def test_only_staging_queues_are_closed_to_clients(destination: str, owned: bool) -> None:
     assert Layout().owns(destination) is owned
     s = connected(interceptor())
-    out = s.from_client(send([("destination", destination), ("x-plain", "1")]))
+    subscribe = serialize("SUBSCRIBE", [("destination", destination), ("id", "1")], b"")
+    out = s.from_client(subscribe)
     assert (out.close is not None) is owned
+    if "*" not in destination and ">" not in destination:
+        s = connected(interceptor())
+        out = s.from_client(send([("destination", destination), ("x-plain", "1")]))
+        assert (out.close is not None) is owned
+
+
+def test_a_send_to_a_wildcard_is_relayed() -> None:
+    """ActiveMQ does not deliver a SEND to a wildcard into the queues it matches."""
+    s = connected(interceptor())
+    out = s.from_client(send([("destination", "/queue/>"), ("x-plain", "1")]))
+    assert out.close is None and len(out.to_broker) == 1
 
 
 @pytest.mark.parametrize("name", ["amqp-message-id", "correlation-id", "content-type", "type"])
