@@ -86,8 +86,7 @@ def held_rows(
     engines = broker.consumers(layout.ready)
     if not engines:
         return []
-    order = Order.new(Action.LIST, message_id or "", f"{layout.control}.reply.{uuid.uuid4().hex}",
-                      target=target)
+    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target)
     found: list[Row] = []
     for answer in _ask(broker, layout, order, wait_s, answers=engines):
         try:
@@ -138,8 +137,6 @@ NOT_FOUND = (
 
 class Busy(BridgeError):
     """A staged message the staging engine kept holding for all of the tool's patience."""
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +193,16 @@ def ask_engines(
     or None when none answered within ``wait_s`` (or the broker lets us give no orders).
     Every engine carries the order out on any copy of the message it meets for a while after
     (``orders.KEEP_MS``), answered or not."""
-    order = Order.new(action, message_id, f"{layout.control}.reply.{uuid.uuid4().hex}")
+    order = Order.new(action, message_id, _reply_topic(layout))
     for answer in _ask(broker, layout, order, wait_s, answers=1):
         return order.answered(answer.headers)
     return None
+
+
+def _reply_topic(layout: Layout) -> str:
+    """A topic of this tool's own for the engines' answers (under the control topic's name,
+    so the clients' guard keeps clients of the bridge off it)."""
+    return f"{layout.control}.reply.{uuid.uuid4().hex}"
 
 
 def _ask(
