@@ -6,7 +6,7 @@ from typing import Any
 
 from adapters.base import StagingBroker
 from bridge.config import Endpoint
-from bridge.errors import ConfigError
+from policies.errors import ConfigError
 
 AMQP_PORT = 5672
 

@@ -69,7 +69,7 @@ from adapters.base import (
 )
 from bridge import logs
 from bridge.config import Endpoint
-from bridge.errors import BrokerUnavailable, PutRefused, Refused
+from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,

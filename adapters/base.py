@@ -2,7 +2,7 @@
 
 Implementations: ``adapters.rabbitmq`` (pika, AMQP 0-9-1) and ``adapters.activemq`` (stomp.py,
 STOMP). Both are blocking and single-threaded: one adapter object per thread. Every error of the
-underlying library is translated into ``bridge.errors.BrokerUnavailable`` inside the adapter.
+underlying library is translated into ``policies.errors.BrokerUnavailable`` inside the adapter.
 
 Messages cross this interface as STOMP-shaped values, ``headers`` named as a STOMP client would
 see them, so that a message put by the engine is the message a STOMP client sent: an adapter that
@@ -15,7 +15,7 @@ Delivery contract (what makes staging crash-safe):
 - ``settle`` publishes each replacement and waits for the broker to confirm it BEFORE it
   acknowledges the held original. A crash between the two duplicates a message; it never loses one.
 - A broker that refuses one message (no such queue or exchange, not authorized, queue full,
-  message too big) is not an outage: ``settle`` raises ``bridge.errors.PutRefused`` naming that
+  message too big) is not an outage: ``settle`` raises ``policies.errors.PutRefused`` naming that
   move and the MQRC reason, with the connection and everything still held intact.
 """
 
@@ -27,7 +27,7 @@ from typing import Protocol
 
 import tenacity
 
-from bridge.errors import BrokerUnavailable, Refused
+from policies.errors import BrokerUnavailable, Refused
 
 # Headers that belong to one delivery, not to the message: never part of ``Message.headers``.
 PER_DELIVERY = frozenset(

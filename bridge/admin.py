@@ -15,7 +15,7 @@ from aiohttp import web
 
 from adapters.base import StagingBroker
 from bridge.config import Endpoint
-from bridge.errors import BridgeError
+from policies.errors import BridgeError
 from bridge.metrics import Metrics
 from bridge.staging import tools
 from bridge.staging.levels import Layout, layout_for

@@ -13,7 +13,7 @@ from bridge import logs
 from bridge.admin import Admin, probe
 from bridge.brokers import broker_as, staging_broker
 from bridge.config import Endpoint, Settings
-from bridge.errors import BrokerUnavailable, ConfigError
+from policies.errors import BrokerUnavailable, ConfigError
 from bridge.metrics import Metrics
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout, layout_for

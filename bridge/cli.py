@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from bridge import __version__, logs
 from bridge.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
-from bridge.errors import BridgeError
+from policies.errors import BridgeError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

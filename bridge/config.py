@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
-from bridge.errors import ConfigError
+from policies.errors import ConfigError
 
 ENV_PREFIX = "JMS_BRIDGE_"
 BROKERS = ("rabbitmq", "activemq")

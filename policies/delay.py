@@ -2,7 +2,7 @@
 
 A pure policy: the STOMP relay and the AMQP front-end call :func:`delay_of` on every send that
 carries a delay header and get back either ``None`` (relay the message unchanged), a
-:class:`DelayedSend` (stage it until ``due_ms``), or a :class:`~bridge.errors.Refused` carrying the
+:class:`DelayedSend` (stage it until ``due_ms``), or a :class:`~policies.errors.Refused` carrying the
 MQRC reason to report. No I/O and no clock: the caller passes ``now_ms``.
 
 Checks, in this order (DESIGN.md, "Delivery delay contract"):
@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.errors import ConfigError, Refused
+from policies.errors import ConfigError, Refused
 from policies.reasons import MQRC_EXPIRY_ERROR, MQRC_OPTIONS_ERROR
 
 __all__ = [
@@ -106,7 +106,7 @@ def delay_of(
 ) -> DelayedSend | None:
     """Decide what to do with a send: ``None`` = relay unchanged, else stage it.
 
-    Raises :class:`~bridge.errors.Refused` when IBM MQ's rules refuse the send.
+    Raises :class:`~policies.errors.Refused` when IBM MQ's rules refuse the send.
     """
     asked = _requested_delay(headers, now_ms, config)
     if asked is None:
@@ -159,7 +159,7 @@ def matches(pattern: str, destination: str) -> bool:
     matches queues); a pattern without ``/`` matches the name under any prefix (``orders.*``
     matches ``/queue/orders.eu`` and ``/topic/orders.eu``). Wildcards in the prefix are literal.
     A wildcard anywhere but a whole segment is literal; ``>``/``#`` before the end is a
-    :class:`~bridge.errors.ConfigError`.
+    :class:`~policies.errors.ConfigError`.
     """
     _check_pattern(pattern)
     pattern_prefix, pattern_name = _split(pattern)

@@ -38,7 +38,7 @@ from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge import logs
-from bridge.errors import BrokerUnavailable, PutRefused, Refused
+from policies.errors import BrokerUnavailable, PutRefused, Refused
 from bridge.staging.envelope import (
     FRAME_ONLY,
     MESSAGE_ID,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from bridge.errors import Refused
+from policies.errors import Refused
 from bridge.staging.envelope import (
     SHORT_STRING_BYTES,
     SHORT_STRING_HEADERS,

@@ -23,7 +23,7 @@ from typing import Final
 
 from adapters.base import PutCheck
 from bridge import logs
-from bridge.errors import BrokerUnavailable
+from policies.errors import BrokerUnavailable
 
 VERDICT_TTL_S = 30.0
 UNSURE_TTL_S = 5.0

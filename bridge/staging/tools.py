@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from adapters.base import Message, StagingBroker
 from bridge import logs
-from bridge.errors import BridgeError, PutRefused, Refused
+from policies.errors import BridgeError, PutRefused, Refused
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from bridge.staging.orders import Action, Order, destination, rows_of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.errors import ProtocolError
+from policies.errors import ProtocolError
 from bridge.stomp.frame import Frame, HeartBeat, error_frame
 
 KINDS: frozenset[str] = frozenset(

@@ -18,7 +18,7 @@ import enum
 from collections.abc import Hashable
 from typing import Protocol
 
-from bridge.errors import Refused
+from policies.errors import Refused
 from bridge.metrics import RelayStats
 from bridge.stomp import (
     HEARTBEAT,
@@ -92,7 +92,7 @@ class Interceptor(Protocol):
     def client_frame(self, frame: Frame, session: Session) -> bytes:
         """Return the bytes to send upstream (``frame.raw`` to relay it unchanged).
 
-        Raise ``bridge.errors.Refused`` to refuse it: the client gets an ERROR frame and the
+        Raise ``policies.errors.Refused`` to refuse it: the client gets an ERROR frame and the
         connection closes, as STOMP requires after an ERROR. Raise ``NeedsCheck`` to have the
         glue run a check first; the frame is offered again after ``Session.resume()``."""
         ...

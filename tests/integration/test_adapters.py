@@ -18,7 +18,7 @@ from adapters.activemq import ActiveMQ
 from adapters.base import Held, Message, Move, StagingBroker
 from adapters.rabbitmq import RabbitMQ, amqp_properties, route, stomp_headers
 from bridge.config import Endpoint
-from bridge.errors import BrokerUnavailable, PutRefused
+from policies.errors import BrokerUnavailable, PutRefused
 from tests.integration.brokers import Broker
 from tests.integration.clients import Inbox, connect
 from tests.integration.tcpproxy import TcpProxy

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import Endpoint, resolve
-from bridge.errors import ConfigError
+from policies.errors import ConfigError
 
 
 def test_defaults() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.errors import ConfigError, Refused
+from policies.errors import ConfigError, Refused
 from policies.delay import DelayConfig, DelayedSend, delay_of, matches
 from policies.reasons import MQRC_EXPIRY_ERROR, MQRC_OPTIONS_ERROR, Reason
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from adapters.base import Message
-from bridge.errors import PutRefused
+from policies.errors import PutRefused
 from bridge.staging import envelope, tools
 from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
 from tests.unit.memory_broker import MemoryBroker

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bridge.errors import ProtocolError
+from policies.errors import ProtocolError
 from bridge.stomp import (
     CLIENT_COMMANDS,
     HEARTBEAT,

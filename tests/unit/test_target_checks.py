@@ -9,7 +9,7 @@ import pytest
 
 from adapters.base import PutCheck
 from adapters.rabbitmq import queue_check
-from bridge.errors import BrokerUnavailable, Refused
+from policies.errors import BrokerUnavailable, Refused
 from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
 from bridge.staging.targets import (

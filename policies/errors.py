@@ -1,4 +1,4 @@
-"""The one error tree of jms-bridge.
+"""The one error tree of jms-bridge, at the bottom layer so that every package can raise it.
 
     BridgeError                    base of everything the product raises on purpose
     +-- ConfigError                a bad flag, environment value or config file
