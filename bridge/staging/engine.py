@@ -38,6 +38,7 @@ from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge import logs
+from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 from bridge.staging.envelope import (
     FRAME_ONLY,
@@ -332,7 +333,8 @@ class Engine:
         with a capped exponential backoff. Returns the wait in seconds."""
         self._failures += 1
         self.stats.reconnects += 1
-        wait_ms = min(self._backoff_max_ms, self._backoff_first_ms << (self._failures - 1))
+        wait_ms = backoff_ms(self._failures, initial_ms=self._backoff_first_ms,
+                             max_ms=self._backoff_max_ms)
         self.log.warning("broker unavailable, reconnecting", error=str(error),
                          retry_in_s=wait_ms / 1000, failures=self._failures)
         self.close()

@@ -32,6 +32,7 @@ from bridge.config import Settings
 from bridge.staging.engine import Engine
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
+from policies.backoff import backoff_ms
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # The engine's adapter reads the broker on a thread of its own (stomp.py's receiver, pika's
@@ -72,7 +73,7 @@ class EngineProcess:
         """Start another engine process whenever it exits without being asked to: after
         RESTART_FIRST_S when the one that died had run a while, and twice as long each time
         one dies again soon (up to RESTART_MAX_S)."""
-        wait_s = RESTART_FIRST_S
+        deaths = 0
         while True:
             await asyncio.sleep(WATCH_EVERY_S)
             if self.stop.is_set():
@@ -81,11 +82,13 @@ class EngineProcess:
             if process is None or process.is_alive():
                 continue
             if time.monotonic() - self._started_at > RESTART_MAX_S:
-                wait_s = RESTART_FIRST_S
+                deaths = 0
+            deaths += 1
+            wait_s = backoff_ms(deaths, initial_ms=round(RESTART_FIRST_S * 1000),
+                                max_ms=round(RESTART_MAX_S * 1000)) / 1000
             self._log.error("staging engine process exited; starting another",
                             exitcode=process.exitcode, retry_in_s=wait_s)
             await asyncio.sleep(wait_s)
-            wait_s = min(RESTART_MAX_S, wait_s * 2)
             if not self.stop.is_set():
                 self.start()
 
