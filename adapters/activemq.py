@@ -54,6 +54,7 @@ import uuid
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
+import structlog
 from stomp import Connection12, ConnectionListener  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
@@ -67,8 +68,7 @@ from adapters.base import (
     PutCheck,
     connect_with_retries,
 )
-from bridge import logs
-from bridge.config import Endpoint
+from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
@@ -225,7 +225,8 @@ class ActiveMQ:
         self._listened: dict[str, str] = {}  # subscription id -> topic (``listen``)
         self._returned: list[Held] = []  # put back after a poll: the next poll returns them
         self._stats: tuple[Connection12, _Inbox] | None = None  # the statistics connection
-        self._log = logs.get("adapters.activemq", broker=self.name, address=str(stomp))
+        self._log = structlog.get_logger("adapters.activemq").bind(
+            broker=self.name, address=str(stomp))
 
     # -- connection ----------------------------------------------------------------------------
 

@@ -59,6 +59,7 @@ from typing import Any
 
 import pika
 import pika.exceptions
+import structlog
 from pika.adapters.blocking_connection import BlockingChannel
 
 from adapters import pika_writes
@@ -70,8 +71,7 @@ from adapters.base import (
     PutCheck,
     connect_with_retries,
 )
-from bridge import logs
-from bridge.config import Endpoint
+from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
@@ -335,7 +335,8 @@ class RabbitMQ:
         self._declared: set[str] = set()
         self._delivered: list[Held] = []
         self._holding: dict[int, str] = {}  # delivery tag on ``main`` -> its queue
-        self._log = logs.get("adapters.rabbitmq", broker=self.name, address=str(amqp))
+        self._log = structlog.get_logger("adapters.rabbitmq").bind(
+            broker=self.name, address=str(amqp))
 
     # -- connection ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Frames parsed per second by bridge.stomp.FrameParser, to keep the relay's codec cost in view.
+"""Frames parsed per second by bridge.frontends.stomp.FrameParser, to keep the relay's codec cost in view.
 
 Two typical frames: a client SEND of 1 KiB with 4 headers (validate=True, the client side) and a
 broker MESSAGE of 1 KiB with 8 headers (validate=False, the broker side). Each is fed as 64 KiB
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from bridge.stomp import FrameParser, serialize
+from bridge.frontends.stomp import FrameParser, serialize
 
 BODY = b"x" * 1024
 SEND = serialize(

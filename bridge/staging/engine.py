@@ -34,12 +34,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+import structlog
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
-from bridge import logs
-from policies.backoff import backoff_ms
-from policies.errors import BrokerUnavailable, PutRefused, Refused
 from bridge.staging.envelope import (
     FRAME_ONLY,
     MESSAGE_ID,
@@ -52,6 +50,8 @@ from bridge.staging.envelope import (
 from bridge.staging.levels import MIN_LEVEL, Layout
 from bridge.staging.orders import Action, Order, Orders, destination
 from bridge.staging.stats import StagingStats
+from policies.backoff import backoff_ms
+from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD
 
 HORIZON_MS = 1 << MIN_LEVEL
@@ -161,7 +161,8 @@ class Engine:
         self.layout = layout
         self.clock = clock
         self.stats = stats
-        self.log = (log or logs.get("staging")).bind(broker=broker.name, prefix=layout.prefix)
+        self.log = (log or structlog.get_logger("staging")).bind(broker=broker.name,
+                                                                prefix=layout.prefix)
         self.ready_prefetch = ready_prefetch
         self.batch = batch
         self.invalid_queue = layout.invalid

@@ -1,11 +1,11 @@
 """Counters of the staging engine, exposed to Prometheus by a collector.
 
 The engine bumps plain ints (a labelled prometheus counter takes a lock per ``inc()``); the
-collector turns them into metric families when ``/metrics`` is scraped, as ``bridge.metrics``
+collector turns them into metric families when ``/metrics`` is scraped, as ``bridge.app.metrics``
 does for the relay. Lateness is kept in ms, the unit the engine works in, and exposed in
 seconds, Prometheus's base unit.
 
-The engine runs in a process of its own (``bridge.staging.process``), so what it counts lives in
+The engine runs in a process of its own (``bridge.app.engine_process``), so what it counts lives in
 ``slots``: a list, or a block of shared memory (``shared_slots()``) that the engine process
 writes and the bridge's collector reads. Each slot has one writer.
 """

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+import structlog
+
 from adapters.base import PutCheck
-from bridge import logs
 from policies.errors import BrokerUnavailable
 
 VERDICT_TTL_S = 30.0
@@ -74,7 +75,7 @@ class TargetChecks:
         self.clock = clock
         self._verdicts: dict[TargetKey, tuple[float, PutCheck]] = {}
         self._running: dict[TargetKey, asyncio.Future[None]] = {}
-        self._log = logs.get("staging.targets")
+        self._log = structlog.get_logger("staging.targets")
 
     def verdict(self, key: TargetKey) -> PutCheck | Unknown:
         """The remembered verdict, or UNKNOWN when there is none that is fresh."""

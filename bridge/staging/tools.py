@@ -22,12 +22,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
+import structlog
+
 from adapters.base import Message, StagingBroker
-from bridge import logs
-from policies.errors import BridgeError, PutRefused, Refused
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from bridge.staging.orders import Action, Order, destination, rows_of
+from policies.errors import BridgeError, PutRefused, Refused
 
 # How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
 # head to the engine's peek subscription, where it stays until the engine's next look at that
@@ -94,7 +95,8 @@ def held_rows(
                           int(str(r["size"])), str(r["queue"]))
                       for r in rows_of(answer.body)]
         except (KeyError, ValueError) as error:
-            logs.get("staging.tools").warning("ignored a bad list answer", error=str(error))
+            structlog.get_logger("staging.tools").warning("ignored a bad list answer",
+                                                          error=str(error))
     return found
 
 
@@ -216,7 +218,7 @@ def _ask(
         broker.listen(reply)
         broker.publish(destination(layout.control), order.message())
     except (Refused, PutRefused) as refused:
-        logs.get("staging.tools").warning(
+        structlog.get_logger("staging.tools").warning(
             "cannot give the running staging engines an order", order=order.action.value,
             message_id=order.message_id or None, error=str(refused))
         return []

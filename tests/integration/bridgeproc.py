@@ -44,7 +44,7 @@ class BridgeProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "bridge.cli", "run",
+            sys.executable, "-m", "bridge.app.cli", "run",
             "--broker", self.broker,
             "--upstream-stomp", f"stomp://{self.upstream}",
             "--stomp-listen", f"127.0.0.1:{self.stomp_port}",

@@ -17,7 +17,7 @@ import pytest
 from adapters.activemq import ActiveMQ
 from adapters.base import Held, Message, Move, StagingBroker
 from adapters.rabbitmq import RabbitMQ, amqp_properties, route, stomp_headers
-from bridge.config import Endpoint
+from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, PutRefused
 from tests.integration.brokers import Broker
 from tests.integration.clients import Inbox, connect

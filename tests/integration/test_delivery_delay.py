@@ -21,7 +21,7 @@ def now_ms() -> int:
 
 def staged_cli(bridge: BridgeProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "staged", *args, "--broker", bridge.broker,
+        [sys.executable, "-m", "bridge.app.cli", "staged", *args, "--broker", bridge.broker,
          "--upstream-stomp", f"stomp://{bridge.upstream}"],
         capture_output=True, text=True, timeout=60,
     )
@@ -325,7 +325,7 @@ def test_tools_not_allowed_to_give_orders_use_the_queues_only(broker: Broker) ->
     to it (RabbitMQ): the tool says why, looks on the staging queues only, and finds nothing."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "staged", "cancel", "ID:never-staged",
+        [sys.executable, "-m", "bridge.app.cli", "staged", "cancel", "ID:never-staged",
          "--broker", broker.name, *LIMITED[broker.name]],
         capture_output=True, text=True, timeout=60,
     )

@@ -239,7 +239,7 @@ def test_nothing_is_held_unacked_on_rabbitmq(broker: Broker, tmp_path: Path,
 
 def staged_tool(bridge: BridgeProcess, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "staged", *args, "--broker", bridge.broker,
+        [sys.executable, "-m", "bridge.app.cli", "staged", *args, "--broker", bridge.broker,
          "--upstream-stomp", f"stomp://{bridge.upstream}", "--staging-prefix", prefix],
         capture_output=True, text=True, timeout=60,
     )

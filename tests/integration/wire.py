@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from bridge.stomp import HEARTBEAT, Frame, FrameParser
+from bridge.frontends.stomp import HEARTBEAT, Frame, FrameParser
 
 
 class RawPeer:

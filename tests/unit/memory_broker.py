@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from adapters.base import Held, Message, Move
-from policies.errors import BrokerUnavailable, PutRefused, Refused
 from bridge.staging.envelope import STAGING_DESTINATION
+from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import Reason
 
 

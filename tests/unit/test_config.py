@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import Endpoint, resolve
+from bridge.app.config import Endpoint, resolve
 from policies.errors import ConfigError
 
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.errors import ConfigError, Refused
 from policies.delay import DelayConfig, DelayedSend, delay_of, matches
+from policies.errors import ConfigError, Refused
 from policies.reasons import MQRC_EXPIRY_ERROR, MQRC_OPTIONS_ERROR, Reason
 
 NOW = 1_700_000_000_000

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from bridge.frontends.stomp import FrameParser, serialize
+from bridge.frontends.stomp.session import Session, State
+from bridge.intercept.delay import DelayInterceptor
 from bridge.staging import envelope
-from bridge.staging.intercept import DelayInterceptor
 from bridge.staging.levels import Layout
-from bridge.stomp import FrameParser, serialize
-from bridge.stomp.session import Session, State
 from policies.delay import DelayConfig
 
 NOW = 1_800_000_000_000

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from adapters.base import Message
-from policies.errors import PutRefused
 from bridge.staging import envelope, tools
+from policies.errors import PutRefused
 from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
 from tests.unit.memory_broker import MemoryBroker
 from tests.unit.test_staging_engine import LAYOUT, T0, TARGET, stage

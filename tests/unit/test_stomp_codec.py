@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from policies.errors import ProtocolError
-from bridge.stomp import (
+from bridge.frontends.stomp import (
     CLIENT_COMMANDS,
     HEARTBEAT,
     NEED_DATA,
@@ -19,6 +18,7 @@ from bridge.stomp import (
     error_frame,
     serialize,
 )
+from policies.errors import ProtocolError
 
 HB = "HB"
 

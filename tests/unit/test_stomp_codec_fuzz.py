@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.stomp import (
+from bridge.frontends.stomp import (
     HEARTBEAT,
     NEED_DATA,
     Frame,
@@ -197,7 +197,7 @@ def test_serialize_escapes_each_header_as_escape_does(
 ) -> None:
     """serialize escapes all headers at once; the result is escape() of each, or the same
     ValueError."""
-    from bridge.stomp.escaping import escape
+    from bridge.frontends.stomp.escaping import escape
 
     try:
         expected: bytes | None = "".join(

@@ -9,8 +9,9 @@ import pytest
 
 from adapters.base import PutCheck
 from adapters.rabbitmq import queue_check
-from policies.errors import BrokerUnavailable, Refused
-from bridge.staging.intercept import DelayInterceptor
+from bridge.frontends.stomp import HEARTBEAT, FrameParser, serialize
+from bridge.frontends.stomp.session import Session, State
+from bridge.intercept.delay import DelayInterceptor
 from bridge.staging.levels import Layout
 from bridge.staging.targets import (
     FULL_TTL_S,
@@ -20,9 +21,8 @@ from bridge.staging.targets import (
     TargetChecks,
     TargetKey,
 )
-from bridge.stomp import HEARTBEAT, FrameParser, serialize
-from bridge.stomp.session import Session, State
 from policies.delay import DelayConfig
+from policies.errors import BrokerUnavailable, Refused
 from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_Q_FULL
 
 NOW = 1_800_000_000_000

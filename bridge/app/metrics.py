@@ -14,19 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-
-class RelayStats:
-    """Counters the STOMP relay bumps per frame and per connection."""
-
-    def __init__(self) -> None:
-        self.connections_open = 0
-        self.connections_total = 0
-        self.frames_up: Tally[str] = Tally()  # command -> n, client to broker
-        self.frames_down: Tally[str] = Tally()  # command -> n, broker to client
-        self.bytes: Tally[str] = Tally()  # direction -> n
-        self.protocol_errors: Tally[str] = Tally()  # kind -> n
-        self.heartbeats: Tally[str] = Tally()  # direction -> n
-        self.refusals: Tally[str] = Tally()  # reason name -> n
+from bridge.frontends.stats import RelayStats
 
 
 class _RelayCollector(Collector):

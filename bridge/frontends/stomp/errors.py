@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from bridge.frontends.stomp.frame import Frame, HeartBeat, error_frame
 from policies.errors import ProtocolError
-from bridge.stomp.frame import Frame, HeartBeat, error_frame
 
 KINDS: frozenset[str] = frozenset(
     {

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from policies.errors import Refused
+from bridge.frontends.stomp import Frame, serialize
+from bridge.frontends.stomp.session import NeedsCheck, Session
 from bridge.staging.envelope import (
     SHORT_STRING_BYTES,
     SHORT_STRING_HEADERS,
@@ -20,9 +21,8 @@ from bridge.staging.envelope import (
 )
 from bridge.staging.levels import Layout
 from bridge.staging.targets import TargetChecks, TargetKey, Unknown
-from bridge.stomp import Frame, serialize
-from bridge.stomp.session import NeedsCheck, Session
 from policies.delay import DelayConfig, delay_of
+from policies.errors import Refused
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,

@@ -4,7 +4,8 @@ client's (to ask the broker what that client may do)."""
 from __future__ import annotations
 
 from adapters.base import StagingBroker
-from bridge.config import Endpoint, Settings, bridge_amqp, bridge_stomp
+from bridge.app.config import Settings, bridge_amqp, bridge_stomp
+from policies.endpoints import Endpoint
 
 
 def staging_broker(settings: Settings) -> StagingBroker:

@@ -12,11 +12,12 @@ import itertools
 import time
 from collections.abc import Callable
 
-from bridge import logs
-from bridge.config import Endpoint
-from bridge.metrics import RelayStats
+import structlog
+
+from bridge.frontends.stats import RelayStats
+from bridge.frontends.stomp.session import Interceptor, Output, Session, State
 from bridge.staging.targets import PASSES, TargetChecks, TargetKey
-from bridge.stomp.session import Interceptor, Output, Session, State
+from policies.endpoints import Endpoint
 
 # A peer that agreed to heart-beat every N ms is declared dead after N * this of silence.
 # Brokers check whether they wrote anything once per interval, so their gaps can approach
@@ -55,7 +56,7 @@ class ClientLink(asyncio.Protocol):
         self.server = server
         self.id = next(_ids)
         self.session = Session(interceptor=server.interceptor, stats=server.stats)
-        self.log = logs.get("stomp", conn=self.id)
+        self.log = structlog.get_logger("stomp").bind(conn=self.id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self._pending: list[bytes] = []  # client bytes that arrived before upstream was up
@@ -244,7 +245,7 @@ class StompServer:
         self._server: asyncio.base_events.Server | None = None
         self._idle = asyncio.Event()
         self._idle.set()
-        self.log = logs.get("stomp")
+        self.log = structlog.get_logger("stomp")
 
     def factory(self) -> Callable[[], ClientLink]:
         return lambda: ClientLink(self)

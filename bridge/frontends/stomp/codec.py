@@ -14,15 +14,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bridge.stomp.errors import StompProtocolError
-from bridge.stomp.escaping import (
+from bridge.frontends.stomp.errors import StompProtocolError
+from bridge.frontends.stomp.escaping import (
     UNESCAPED_COMMANDS,
     VERSIONS,
     EscapeError,
     unescape,
     unescape_table,
 )
-from bridge.stomp.frame import (
+from bridge.frontends.stomp.frame import (
     CLIENT_COMMANDS,
     HEARTBEAT,
     NEED_DATA,

@@ -26,9 +26,9 @@ import sys
 import time
 from collections.abc import MutableSequence
 
-from bridge import logs
-from bridge.brokers import staging_broker
-from bridge.config import Settings
+from bridge.app import logs
+from bridge.app.brokers import staging_broker
+from bridge.app.config import Settings
 from bridge.staging.engine import Engine
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats

@@ -12,8 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from bridge import __version__, logs
-from bridge.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
+from bridge import __version__
+from bridge.app import logs
+from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
 from policies.errors import BridgeError
 
 EXIT_USAGE = 2
@@ -75,7 +76,7 @@ EXIT_NOT_FOUND = 3
 
 
 def _staged(ns: argparse.Namespace, settings: Settings) -> int:
-    from bridge.brokers import staging_broker
+    from bridge.app.brokers import staging_broker
     from bridge.staging import tools
     from bridge.staging.levels import layout_for
 
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = resolve(_settings_flags(ns), config_file=ns.config)
         logs.configure(settings.log_format, settings.log_level)
         if ns.command == "run":
-            from bridge.app import serve
+            from bridge.app.serve import serve
 
             asyncio.run(serve(settings))
             return 0

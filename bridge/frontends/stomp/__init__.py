@@ -1,8 +1,8 @@
 """STOMP 1.0/1.1/1.2 codec: bytes -> frames (FrameParser) and frames -> bytes (serialize)."""
 
-from bridge.stomp.codec import Event, FrameParser, Limits, decode_headers
-from bridge.stomp.errors import StompProtocolError
-from bridge.stomp.frame import (
+from bridge.frontends.stomp.codec import Event, FrameParser, Limits, decode_headers
+from bridge.frontends.stomp.errors import StompProtocolError
+from bridge.frontends.stomp.frame import (
     CLIENT_COMMANDS,
     HEARTBEAT,
     NEED_DATA,

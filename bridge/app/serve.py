@@ -1,5 +1,5 @@
 """``jms-bridge run``: the STOMP front-end and the admin endpoints in one asyncio process, and
-the staging engine in a process of its own (``bridge.staging.process``)."""
+the staging engine in a process of its own (``bridge.app.engine_process``)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ import signal
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 from adapters.base import PutCheck
-from bridge import logs
-from bridge.admin import Admin, probe
-from bridge.brokers import broker_as, staging_broker
-from bridge.config import Endpoint, Settings
-from policies.errors import BrokerUnavailable, ConfigError
-from bridge.metrics import Metrics
-from bridge.staging.intercept import DelayInterceptor
+from bridge.app import logs
+from bridge.app.admin import Admin, probe
+from bridge.app.brokers import broker_as, staging_broker
+from bridge.app.config import Settings
+from bridge.app.engine_process import EngineProcess
+from bridge.app.metrics import Metrics
+from bridge.frontends.stomp.server import StompServer
+from bridge.intercept.delay import DelayInterceptor
 from bridge.staging.levels import Layout, layout_for
-from bridge.staging.process import EngineProcess
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
-from bridge.stomp.server import StompServer
 from policies.delay import DelayConfig
+from policies.endpoints import Endpoint
+from policies.errors import BrokerUnavailable, ConfigError
 
 
 async def wait_for_broker(name: str, target: Endpoint, patience: float = 3.0) -> None:

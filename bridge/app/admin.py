@@ -14,12 +14,12 @@ from dataclasses import asdict
 from aiohttp import web
 
 from adapters.base import StagingBroker
-from bridge.config import Endpoint
-from policies.errors import BridgeError
-from bridge.metrics import Metrics
+from bridge.app.metrics import Metrics
 from bridge.staging import tools
 from bridge.staging.levels import Layout, layout_for
 from bridge.staging.stats import StagingStats
+from policies.endpoints import Endpoint
+from policies.errors import BridgeError
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

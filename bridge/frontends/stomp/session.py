@@ -18,9 +18,8 @@ import enum
 from collections.abc import Hashable
 from typing import Protocol
 
-from policies.errors import Refused
-from bridge.metrics import RelayStats
-from bridge.stomp import (
+from bridge.frontends.stats import RelayStats
+from bridge.frontends.stomp import (
     HEARTBEAT,
     Event,
     Frame,
@@ -29,6 +28,7 @@ from bridge.stomp import (
     StompProtocolError,
     error_frame,
 )
+from policies.errors import Refused
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 DEFAULT_LIMITS = Limits()

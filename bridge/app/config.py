@@ -17,24 +17,13 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from policies.endpoints import Endpoint
 from policies.errors import ConfigError
 
 ENV_PREFIX = "JMS_BRIDGE_"
 BROKERS = ("rabbitmq", "activemq")
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    host: str
-    port: int
-    user: str | None = None
-    password: str | None = None
-    vhost: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from bridge.stomp.escaping import UNESCAPED_COMMANDS, escape
+from bridge.frontends.stomp.escaping import UNESCAPED_COMMANDS, escape
 
 CLIENT_COMMANDS: frozenset[str] = frozenset(
     {

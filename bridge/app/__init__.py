@@ -1,0 +1,1 @@
+"""The application: command line, settings, the serving process, admin HTTP, metrics and logs."""

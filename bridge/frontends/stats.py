@@ -1,0 +1,21 @@
+"""Plain counters a front-end bumps per frame and per connection: no metrics library on the hot
+path (an ``inc()`` on a labelled prometheus counter takes a lock); ``bridge.app.metrics`` exports
+them when ``/metrics`` is scraped."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+
+
+class RelayStats:
+    """Counters the STOMP relay bumps per frame and per connection."""
+
+    def __init__(self) -> None:
+        self.connections_open = 0
+        self.connections_total = 0
+        self.frames_up: Tally[str] = Tally()  # command -> n, client to broker
+        self.frames_down: Tally[str] = Tally()  # command -> n, broker to client
+        self.bytes: Tally[str] = Tally()  # direction -> n
+        self.protocol_errors: Tally[str] = Tally()  # kind -> n
+        self.heartbeats: Tally[str] = Tally()  # direction -> n
+        self.refusals: Tally[str] = Tally()  # reason name -> n
