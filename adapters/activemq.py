@@ -59,13 +59,13 @@ from stomp import Connection12, ConnectionListener  # type: ignore[import-untype
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
-from adapters import stomp_parse
 from adapters.base import (
     PER_DELIVERY,
     Held,
     Message,
     Move,
     PutCheck,
+    StagedFormat,
     connect_with_retries,
 )
 from policies.endpoints import Endpoint
@@ -113,9 +113,6 @@ _Inbox = queues.Queue[Frame | None]  # None: the connection went away
 # stomp.py logs through "stomp.py" without a handler of its own, so Python's last-resort handler
 # would print its warnings ("could not connect ...") to stderr beside our one-line error.
 logging.getLogger("stomp.py").addHandler(logging.NullHandler())
-# The engine's level subscriptions receive thousands of frames a second in a burst: parsed by
-# stomp.py's own parse_frame, that was the engine's largest cost then.
-stomp_parse.install()
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +179,22 @@ class _Listener(ConnectionListener):  # type: ignore[misc]
             inbox.put(None)
 
 
+# ActiveMQ always assigns its own JMSMessageID. Each streamed level would be a subscription whose
+# prefetch the broker fills at once, so the binary levels stay (no second levels).
+FORMAT = StagedFormat(
+    broker="activemq",
+    staging_destination="/queue/{}",
+    message_id_header=None,
+    second_levels=False,
+    peek_advances=False,
+)
+
+
 class ActiveMQ:
     """The staging interface on ActiveMQ through one STOMP 1.2 connection."""
 
     name = "activemq"
+    format = FORMAT
     sees_held = True
 
     def __init__(
@@ -386,9 +395,6 @@ class ActiveMQ:
                 name, queues.Queue(), ack="auto", browser="true", selector="JMSPriority < 0"
             )
             self._unsubscribe(sid)
-
-    def client_destination(self, queue: str) -> str:
-        return f"/queue/{queue}"
 
     def depth(self, queue: str) -> int:
         """The statistics plugin's ``size`` of ``queue`` (messages held by consumers counted);

@@ -73,6 +73,35 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
+class StagedFormat:
+    """What a staged copy and the staging layout look like on one broker: stated by its adapter,
+    read by the interception core, the staging engine and the tools (no table keyed by the
+    broker's name anywhere else)."""
+
+    broker: str  # "rabbitmq" | "activemq"
+    # The STOMP destination a client connection sends to for staging queue ``{}``.
+    staging_destination: str
+    # The STOMP header that carries a message id a producer may set; None when the broker
+    # always assigns its own (the original id then travels in the bridge's own header only).
+    message_id_header: str | None
+    # Headers the broker takes at any length over STOMP but stores where a longer value makes
+    # the message undeliverable (RabbitMQ's AMQP short strings), and their limit in bytes.
+    short_string_headers: tuple[str, ...] = ()
+    short_string_bytes: int = 255
+    # Destinations whose messages cannot wait on a shared staging queue and come back.
+    temporary_prefixes: tuple[str, ...] = ("/temp-queue/", "/temp-topic/")
+    # A level for every whole second below 16 s (see ``bridge.staging.levels``).
+    second_levels: bool = False
+    # Whether a second ``peek`` of a queue whose head is held gives the next message.
+    peek_advances: bool = True
+    # Escapes a queue name for ``staging_destination``.
+    escape: Callable[[str], str] = field(default=lambda name: name, repr=False)
+
+    def client_destination(self, queue: str) -> str:
+        return self.staging_destination.format(self.escape(queue))
+
+
+@dataclass(frozen=True, slots=True)
 class PutCheck:
     """What the broker lets us see, before a put, of whether it would take the message."""
 
@@ -83,6 +112,7 @@ class PutCheck:
 
 class StagingBroker(Protocol):
     name: str  # "rabbitmq" | "activemq"
+    format: StagedFormat  # what staged copies look like on this broker
     # Whether ``browse`` shows the messages consumers hold (ActiveMQ), or only the others
     # (RabbitMQ: a get does not see unacknowledged messages).
     sees_held: bool
@@ -95,9 +125,6 @@ class StagingBroker(Protocol):
 
     def ensure_queues(self, names: Sequence[str]) -> None:
         """Create these durable queues if they do not exist."""
-
-    def client_destination(self, queue: str) -> str:
-        """The STOMP destination a client connection uses to send to staging ``queue``."""
 
     def peek(self, queue: str) -> Held | None:
         """The message at the head of ``queue``, held; None when the queue is empty.

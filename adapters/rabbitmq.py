@@ -62,13 +62,13 @@ import pika.exceptions
 import structlog
 from pika.adapters.blocking_connection import BlockingChannel
 
-from adapters import pika_writes
 from adapters.base import (
     PER_DELIVERY,
     Held,
     Message,
     Move,
     PutCheck,
+    StagedFormat,
     connect_with_retries,
 )
 from policies.endpoints import Endpoint
@@ -82,8 +82,6 @@ from policies.reasons import (
     MQRC_UNKNOWN_OBJECT_NAME,
     Reason,
 )
-
-pika_writes.coalesce()
 
 # STOMP header -> BasicProperties attribute, in rabbit_stomp_util's order.
 STRING_PROPERTIES = (
@@ -291,10 +289,32 @@ class _Tag:
     delivery_tag: int
 
 
+def _escape_queue(name: str) -> str:
+    return name.replace("/", "%2F")
+
+
+# ``/amq/queue/<queue>``: a client SEND there does not declare the queue again. RabbitMQ maps
+# ``amqp-message-id`` to the AMQP message-id property (and refuses ``message-id``); its AMQP side
+# carries these headers as short strings: it stores a longer one, then closes every AMQP
+# connection it tries to deliver the message to (content_properties_shortstr_overflow).
+FORMAT = StagedFormat(
+    broker="rabbitmq",
+    staging_destination="/amq/queue/{}",
+    message_id_header="amqp-message-id",
+    short_string_headers=("amqp-message-id", "correlation-id", "reply-to", "content-type",
+                          "content-encoding", "type", "user-id", "app-id", "expiration"),
+    temporary_prefixes=("/temp-queue/", "/temp-topic/", "/reply-queue/"),
+    second_levels=True,
+    peek_advances=True,
+    escape=_escape_queue,
+)
+
+
 class RabbitMQ:
     """The staging interface on RabbitMQ through one pika BlockingConnection."""
 
     name = "rabbitmq"
+    format = FORMAT
     sees_held = False
 
     def __init__(
@@ -476,10 +496,6 @@ class RabbitMQ:
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         """One passive queue.declare each: a round trip of a fraction of a millisecond."""
         return {queue: self.depth(queue) for queue in queues}
-
-    def client_destination(self, queue: str) -> str:
-        """``/amq/queue/<queue>``: a client SEND there does not declare the queue again."""
-        return "/amq/queue/" + queue.replace("/", "%2F")
 
     # -- holding -------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from adapters.base import StagingBroker
 from bridge.app.metrics import Metrics
 from bridge.staging import tools
-from bridge.staging.levels import Layout, layout_for
+from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError
@@ -51,7 +51,7 @@ class Admin:
         self.broker = broker
         self.upstream = upstream
         self.staging = staging
-        self.layout = layout or layout_for(broker)
+        self.layout = layout or Layout()
         self.staging_stats = staging_stats
         self.started = time.time()
         self.app = web.Application()
@@ -127,7 +127,7 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             try:
-                outcome = tools.release_now(broker, self.layout, message_id, name=self.broker)
+                outcome = tools.release_now(broker, self.layout, message_id)
             except tools.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
             return self._outcome(message_id, outcome)

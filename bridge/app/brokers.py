@@ -3,7 +3,7 @@ client's (to ask the broker what that client may do)."""
 
 from __future__ import annotations
 
-from adapters.base import StagingBroker
+from adapters.base import StagedFormat, StagingBroker
 from bridge.app.config import Settings, bridge_amqp, bridge_stomp
 from policies.endpoints import Endpoint
 
@@ -16,6 +16,17 @@ def staging_broker(settings: Settings) -> StagingBroker:
     from adapters.activemq import ActiveMQ
 
     return ActiveMQ(bridge_stomp(settings))
+
+
+def staged_format(settings: Settings) -> StagedFormat:
+    """What staged copies look like on the configured broker, as its adapter states it."""
+    if settings.broker == "rabbitmq":
+        from adapters import rabbitmq
+
+        return rabbitmq.FORMAT
+    from adapters import activemq
+
+    return activemq.FORMAT
 
 
 def broker_as(

@@ -80,8 +80,8 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     from bridge.staging import tools
     from bridge.staging.levels import layout_for
 
-    layout = layout_for(settings.broker, settings.staging_prefix)
     broker = staging_broker(settings)
+    layout = layout_for(broker.format, settings.staging_prefix)
     broker.connect()
     try:
         if ns.action in ("list", "count"):
@@ -95,7 +95,7 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
         if ns.action == "cancel":
             outcome = tools.cancel(broker, layout, ns.message_id)
         else:
-            outcome = tools.release_now(broker, layout, ns.message_id, name=settings.broker)
+            outcome = tools.release_now(broker, layout, ns.message_id)
         if outcome is None:
             print(tools.NOT_FOUND.format(ns.message_id))
             return EXIT_NOT_FOUND

@@ -11,12 +11,14 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixe
 from adapters.base import PutCheck
 from bridge.app import logs
 from bridge.app.admin import Admin, probe
-from bridge.app.brokers import broker_as, staging_broker
+from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings
 from bridge.app.engine_process import EngineProcess
 from bridge.app.metrics import Metrics
 from bridge.frontends.stomp.server import StompServer
+from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
+from bridge.intercept.guard import StagingGuard
 from bridge.staging.levels import Layout, layout_for
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
@@ -85,22 +87,23 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     loop = asyncio.get_running_loop()
     await wait_for_broker(settings.broker, settings.upstream_stomp)
     config = delay_config(settings)
-    layout = layout_for(settings.broker, settings.staging_prefix)
+    fmt = staged_format(settings)
+    layout = layout_for(fmt, settings.staging_prefix)
     await loop.run_in_executor(None, _prepare_staging, settings, layout)
     metrics = Metrics()
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
     targets = target_checks(settings)
-    interceptor = DelayInterceptor(
-        broker=settings.broker, config=config, layout=layout, on_staged=staging.on_staged,
-        targets=targets,
-    )
+    chain = Chain([
+        StagingGuard(layout),
+        DelayInterceptor(fmt=fmt, config=config, layout=layout, on_staged=staging.on_staged,
+                         targets=targets),
+    ])
     stomp = StompServer(
         broker=settings.broker,
         upstream=settings.upstream_stomp,
-        interceptor=interceptor,
+        chain=chain,
         stats=metrics.relay,
-        targets=targets,
     )
     admin = Admin(
         metrics=metrics,

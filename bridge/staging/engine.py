@@ -175,7 +175,7 @@ class Engine:
         self._backoff_first_ms, self._backoff_max_ms = (round(s * 1000) for s in backoff_s)
         # ActiveMQ gives the same head to repeated peeks until it is settled, so a level yields
         # one head per settle there; RabbitMQ (basic.get) gives the next one.
-        self._peek_advances = broker.name != "activemq"
+        self._peek_advances = broker.format.peek_advances
         self._dwell = {queue: dwell for dwell, queue in layout.levels}
         self.level_prefetch = level_prefetch
         self.lead_ms = lead_ms
@@ -311,9 +311,9 @@ class Engine:
         self.broker.ensure_queues(
             [*self.layout.queues, self.invalid_queue, self.undeliverable_queue]
         )
-        self._ready_dest = self.broker.client_destination(self.layout.ready)
-        self._invalid_dest = self.broker.client_destination(self.invalid_queue)
-        self._undeliverable_dest = self.broker.client_destination(self.undeliverable_queue)
+        self._ready_dest = self.broker.format.client_destination(self.layout.ready)
+        self._invalid_dest = self.broker.format.client_destination(self.invalid_queue)
+        self._undeliverable_dest = self.broker.format.client_destination(self.undeliverable_queue)
         self.broker.subscribe(self.layout.ready, self.ready_prefetch)
         for queue in self._streamed:
             self.broker.subscribe(queue, self.level_prefetch)
@@ -505,7 +505,7 @@ class Engine:
         queue = self.layout.queue_for(staged.due_ms - now_ms)
         destination = (
             self._ready_dest if queue == self.layout.ready
-            else self.broker.client_destination(queue)
+            else self.broker.format.client_destination(queue)
         )
         message = Message(hop_headers(held.message.headers, now_ms=now_ms), held.message.body)
         return _Work(_Kind.HOP, Move(held, destination, message), staged, queue=queue)
@@ -556,7 +556,7 @@ class Engine:
         return work
 
     def _released(self, held: Held, staged: Staged, now_ms: int) -> _Work:
-        headers = released_headers(held.message.headers, broker=self.broker.name, now_ms=now_ms)
+        headers = released_headers(held.message.headers, self.broker.format, now_ms=now_ms)
         move = Move(held, staged.target, Message(headers, held.message.body))
         return _Work(_Kind.RELEASE, move, staged)
 

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adapters.base import StagedFormat
+
 PREFIX = "jms-bridge-"
 TARGET = PREFIX + "target"  # the destination the application sent to
 DUE = PREFIX + "due"  # epoch ms, the earliest delivery
@@ -27,15 +29,6 @@ CORRELATION_ID = PREFIX + "correlation-id"  # the application's own correlation 
 TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"
 ORIGINAL_TTL = PREFIX + "ttl-value"  # its value as sent
 
-# Per broker: the STOMP header that carries a message id a producer may set.
-# RabbitMQ maps ``amqp-message-id`` to the AMQP message-id property and refuses ``message-id``;
-# ActiveMQ always assigns its own JMSMessageID, so the original id travels as MESSAGE_ID only.
-MESSAGE_ID_HEADER = {"rabbitmq": "amqp-message-id", "activemq": None}
-
-# Per broker: the STOMP destination a client connection uses to send to a staging queue. On
-# RabbitMQ ``/amq/queue/`` addresses the queue the engine declared without declaring it again.
-STAGING_DESTINATION = {"rabbitmq": "/amq/queue/{}", "activemq": "/queue/{}"}
-
 # Headers that belong to one frame, not to the message: the adapter sets its own.
 FRAME_ONLY = frozenset({"receipt", "transaction", "content-length", "destination"})
 
@@ -48,17 +41,6 @@ PROPERTY_HEADERS = frozenset({
     "persistent", "timestamp",
 })
 ORIGINAL = PREFIX + "original-"  # a property header kept as a plain header, for an operator
-# Per broker: headers its STOMP front door takes at any length but its AMQP side carries as short
-# strings (at most 255 bytes). RabbitMQ stores a longer one, then closes every AMQP connection it
-# tries to deliver the message to (content_properties_shortstr_overflow): a staged copy like that
-# could never be released, so a delayed SEND carrying one is refused.
-SHORT_STRING_HEADERS: dict[str, tuple[str, ...]] = {
-    "rabbitmq": ("amqp-message-id", "correlation-id", "reply-to", "content-type",
-                 "content-encoding", "type", "user-id", "app-id", "expiration"),
-    "activemq": (),
-}
-SHORT_STRING_BYTES = 255
-
 
 def as_plain_headers(headers: dict[str, str]) -> dict[str, str]:
     """A copy whose property headers become plain ones (``jms-bridge-original-<name>``): what a
@@ -120,8 +102,8 @@ class Staged:
 
 def staged_headers(
     headers: Iterable[tuple[str, str]],
+    fmt: StagedFormat,
     *,
-    broker: str,
     target: str,
     staging_destination: str,
     due_ms: int,
@@ -132,7 +114,7 @@ def staged_headers(
     """The headers of the staged copy of a SEND: keeps receipt and transaction (so that the
     broker's RECEIPT confirms the staging and COMMIT/ABORT decide it), drops the delay headers
     named in ``drop`` and the TTL (it is enforced at release, and carried here)."""
-    id_header = MESSAGE_ID_HEADER[broker]
+    id_header = fmt.message_id_header
     first: dict[str, str] = {}
     for name, value in headers:
         first.setdefault(name, value)
@@ -170,7 +152,7 @@ def hop_headers(headers: dict[str, str], *, now_ms: int) -> dict[str, str]:
     return out
 
 
-def released_headers(headers: dict[str, str], *, broker: str, now_ms: int) -> dict[str, str]:
+def released_headers(headers: dict[str, str], fmt: StagedFormat, *, now_ms: int) -> dict[str, str]:
     """The headers of the message put to its target: the application's message as it sent it,
     with its original message id and correlation id, its delivery time and the TTL that
     remains."""
@@ -178,7 +160,7 @@ def released_headers(headers: dict[str, str], *, broker: str, now_ms: int) -> di
         n: v for n, v in headers.items()
         if not n.startswith(PREFIX) and n not in FRAME_ONLY and n != "correlation-id"
     }
-    id_header = MESSAGE_ID_HEADER[broker]
+    id_header = fmt.message_id_header
     out[MESSAGE_ID] = headers[MESSAGE_ID]
     out[DELIVERY_TIME] = headers[DUE]
     if id_header:

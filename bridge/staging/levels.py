@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from adapters.base import StagedFormat
+
 MIN_LEVEL = 10  # 1.024 s: the horizon held in memory
 SECOND_LEVELS_BELOW = 14  # 16.4 s
 MAX_LEVEL = 32  # 49.7 days; longer delays take several hops at the top level
@@ -134,10 +136,10 @@ def _queue_wildcard(name: str) -> re.Pattern[str]:
     )
 
 
-def layout_for(broker: str, prefix: str = DEFAULT_PREFIX) -> Layout:
+def layout_for(fmt: StagedFormat, prefix: str = DEFAULT_PREFIX) -> Layout:
     """The staging layout on ``broker``. On RabbitMQ the second levels: a hop is a put and an
     acknowledgement, and the broker's CPU is what runs out first under a burst. On ActiveMQ
     binary levels: each streamed level is a subscription whose prefetch the broker fills at
     once, and fifteen of them took a whole burst in the same second as the burst itself, while
     its first releases were due."""
-    return Layout(prefix, second_levels=broker == "rabbitmq")
+    return Layout(prefix, second_levels=fmt.second_levels)

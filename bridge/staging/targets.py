@@ -113,7 +113,8 @@ class TargetChecks:
         return verdict
 
     async def check(self, key: TargetKey) -> None:
-        """``judge`` in a worker thread; concurrent checks of one key share a probe."""
+        """``judge`` in a worker thread; concurrent checks of one key share a probe. Never
+        raises: a probe that fails unexpectedly lets sends to that target through for 1 s."""
         running = self._running.get(key)
         if running is not None:
             await asyncio.shield(running)
@@ -123,6 +124,10 @@ class TargetChecks:
         self._running[key] = future
         try:
             await loop.run_in_executor(None, self.judge, key)
+        except Exception as exc:  # never leave a client's frames held: let sends through
+            self._log.error("target check failed", destination=key.destination,
+                            error=repr(exc))
+            self.remember(key, PASSES, 1.0)
         finally:
             del self._running[key]
             future.set_result(None)

@@ -269,7 +269,7 @@ def find(broker: StagingBroker, layout: Layout, message_id: str) -> tuple[str, M
 
 
 def release_now(
-    broker: StagingBroker, layout: Layout, message_id: str, *, name: str,
+    broker: StagingBroker, layout: Layout, message_id: str, *,
     patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
 ) -> Outcome | None:
     """Deliver a staged message to its target now: hold the staged copy, put the restored
@@ -280,7 +280,7 @@ def release_now(
     def deliver(message: Message) -> None:
         info = envelope.Staged.of(message.headers)
         now = time.time_ns() // 1_000_000
-        headers = envelope.released_headers(message.headers, broker=name, now_ms=now)
+        headers = envelope.released_headers(message.headers, broker.format, now_ms=now)
         broker.publish(info.target, Message(headers, message.body))
 
     return _carry_out(broker, layout, Action.RELEASE, message_id, deliver, patience_s, answer_s)

@@ -173,7 +173,7 @@ def test_stomp_send_to_the_staging_destination_peeks_as_a_subscriber_sees_it(
 ) -> None:
     queue = names()
     adapter.ensure_queues([queue])
-    destination = adapter.client_destination(queue)
+    destination = adapter.format.client_destination(queue)
     sent = _app_headers(broker)
     body = b"\0binary\0\xff\xfe body"
     conn, inbox = _stomp(broker)
@@ -261,7 +261,7 @@ def test_settle_moves_a_message_to_another_queue(
     _fill(adapter, source, 1, custom=ODD)
     held = _peek(adapter, source)
     moved = Message({**held.message.headers, "hop": "1"}, held.message.body)
-    adapter.settle([Move(held, adapter.client_destination(target), moved)])
+    adapter.settle([Move(held, adapter.format.client_destination(target), moved)])
     assert list(adapter.browse(source)) == []
     (arrived,) = list(adapter.browse(target))
     assert arrived == moved
@@ -291,7 +291,7 @@ def test_settle_cut_off_mid_way_duplicates_and_never_loses(
             # The SEND's receipt is in; the ACK never leaves.
             monkeypatch.setattr(cut._conn, "ack", lambda *a, **k: proxy.cut())
         with contextlib.suppress(BrokerUnavailable):
-            cut.settle([Move(held, cut.client_destination(target), held.message)])
+            cut.settle([Move(held, cut.format.client_destination(target), held.message)])
             cut.peek(source)  # notices the cut if settle did not
     finally:
         cut.close()
@@ -485,7 +485,7 @@ def test_rabbitmq_pika_properties_read_as_the_plugin_shows_them(
         for _ in range(2):
             ch.basic_publish("", queue, b"amqp", props)
     held = _peek(adapter, queue)
-    (frame,) = _receive(broker, adapter.client_destination(queue), 1)
+    (frame,) = _receive(broker, adapter.format.client_destination(queue), 1)
     assert held.message.headers == _own(frame.headers)
     assert held.message.headers == {
         "s": "str", "i": "7", "big": "1099511627776", "persistent": "1", "priority": "3",
@@ -580,7 +580,8 @@ def test_activemq_a_refused_send_mid_batch_leaves_only_it_held(
     while len(held) < 3 and time.monotonic() < deadline:
         held += adapter.poll(0.1)
     gone = f"/remote-temp-queue/ID:jbt-gone-{uuid.uuid4().hex[:12]}-1:1:1"
-    to = [adapter.client_destination(target), gone, adapter.client_destination(target)]
+    there = adapter.format.client_destination(target)
+    to = [there, gone, there]
     with pytest.raises(PutRefused) as refused:
         adapter.settle([Move(h, d, h.message) for h, d in zip(held, to, strict=True)])
     assert refused.value.index == 1 and refused.value.also_done == (2,)

@@ -18,8 +18,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from adapters.base import Held, Message, Move
-from bridge.staging.envelope import STAGING_DESTINATION
+from adapters import activemq, rabbitmq
+from adapters.base import Held, Message, Move, StagedFormat
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import Reason
 
@@ -43,6 +43,7 @@ class MemoryBroker:
         realtime: bool = False,
     ) -> None:
         self.name = name
+        self.format: StagedFormat = {"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}[name]
         self.clock = clock
         self.realtime = realtime  # poll sleeps its timeout when nothing arrives (thread tests)
         self.queues: dict[str, deque[_Entry]] = {}
@@ -136,9 +137,6 @@ class MemoryBroker:
             for name in names:
                 self.declared.add(name)
                 self.queues.setdefault(name, deque())
-
-    def client_destination(self, queue: str) -> str:
-        return STAGING_DESTINATION[self.name].format(queue)
 
     def peek(self, queue: str) -> Held | None:
         with self._lock:

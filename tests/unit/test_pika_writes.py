@@ -1,4 +1,4 @@
-"""adapters.pika_writes: pika's queued frames go out in fewer writes, byte for byte the same."""
+"""adapters.speedups (pika-writes): queued frames go out in fewer writes, byte for byte the same."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from adapters import pika_writes
+from adapters import speedups
 
 
 class Socket:
@@ -43,24 +43,20 @@ class Transport:
 FRAMES = [bytes([i % 251]) * (7 + i % 300) for i in range(1500)]
 
 
-def test_pika_here_has_the_transport_it_patches() -> None:
-    assert pika_writes.coalesce() is True
-
-
 def test_frames_go_out_joined_in_order() -> None:
     sock = Socket()
     transport = Transport(sock, FRAMES)
-    pika_writes._produce(transport)
+    speedups._produce(transport)
     assert bytes(sock.wire) == b"".join(FRAMES)
     total = sum(map(len, FRAMES))
-    assert sock.calls <= -(-total // pika_writes.JOIN_LIMIT) < 5
+    assert sock.calls <= -(-total // speedups.JOIN_LIMIT) < 5
     assert transport._tx_buffered_byte_count == 0 and not transport._tx_buffers
 
 
 def test_partial_sends_keep_the_rest_queued_in_order() -> None:
     sock = Socket(per_send=1000)
     transport = Transport(sock, FRAMES)
-    pika_writes._produce(transport)
+    speedups._produce(transport)
     assert bytes(sock.wire) == b"".join(FRAMES)
     assert transport._tx_buffered_byte_count == 0
 
@@ -70,16 +66,16 @@ def test_a_full_socket_raises_as_pika_expects_and_loses_nothing() -> None:
     sock = Socket(room=total // 3)
     transport = Transport(sock, FRAMES)
     with pytest.raises(BlockingIOError):
-        pika_writes._produce(transport)
+        speedups._produce(transport)
     assert transport._tx_buffered_byte_count == total - len(sock.wire)
     sock.room = total
-    pika_writes._produce(transport)
+    speedups._produce(transport)
     assert bytes(sock.wire) == b"".join(FRAMES)
 
 
 def test_one_large_frame_is_sent_as_it_is() -> None:
-    big = b"x" * (pika_writes.JOIN_LIMIT * 2)
+    big = b"x" * (speedups.JOIN_LIMIT * 2)
     sock = Socket()
     transport = Transport(sock, [big, b"tail"])
-    pika_writes._produce(transport)
+    speedups._produce(transport)
     assert bytes(sock.wire) == big + b"tail" and sock.calls == 2

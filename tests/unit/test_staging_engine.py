@@ -78,8 +78,8 @@ def stage(
     if ttl_ms is not None:
         original.append(("expiration", str(ttl_ms)))
     headers = envelope.staged_headers(
-        original, broker=broker.name, target=target,
-        staging_destination=broker.client_destination(layout.queue_for(delay_ms)),
+        original, broker.format, target=target,
+        staging_destination=broker.format.client_destination(layout.queue_for(delay_ms)),
         due_ms=now + delay_ms, sent_ms=now,
         expires_ms=None if ttl_ms is None else now + ttl_ms, drop=("x-delay",),
     )
@@ -121,7 +121,7 @@ def releases(broker: MemoryBroker, target: str = TARGET) -> dict[str, list[int]]
 
 
 def hops_of(broker: MemoryBroker, layout: Layout = LAYOUT) -> Counter[str]:
-    staging = tuple(broker.client_destination(q) for q in layout.queues)
+    staging = tuple(broker.format.client_destination(q) for q in layout.queues)
     return Counter(m.headers[envelope.MESSAGE_ID] for _, d, m in broker.published if d in staging)
 
 
@@ -215,7 +215,7 @@ def test_streamed_head_taken_early_with_more_than_the_horizon_left_hops_down() -
     drive(engine, clock, T0 + 8_192 - 512)
     assert stats.hops == 1
     [(_, destination, _)] = [p for p in broker.published if p[1] != TARGET]
-    assert destination == broker.client_destination(LAYOUT.level(11))
+    assert destination == broker.format.client_destination(LAYOUT.level(11))
     drive(engine, clock, T0 + 12_000)
     assert releases(broker) == {message_id: [T0 + 11_192]}
 
@@ -285,7 +285,7 @@ def test_second_levels_head_taken_early_goes_to_the_level_of_its_seconds() -> No
     drive(engine, clock, T0 + 16_384 - 512)
     assert stats.hops == 1
     [(_, destination, _)] = [p for p in broker.published if p[1] != TARGET]
-    assert destination == broker.client_destination("jms-bridge.staging.L10x03")
+    assert destination == broker.format.client_destination("jms-bridge.staging.L10x03")
     drive(engine, clock, T0 + 20_000)
     assert releases(broker) == {message_id: [T0 + 19_384]} and stats.hops == 1
 
@@ -298,7 +298,7 @@ def test_delay_beyond_the_top_level_waits_there_more_than_once() -> None:
     message_id = stage(broker, delay_ms=delay_ms, now=T0)
     drive(engine, clock, T0 + delay_ms)
     assert releases(broker) == {message_id: [T0 + delay_ms]}
-    top = broker.client_destination(LAYOUT.level(MAX_LEVEL))
+    top = broker.format.client_destination(LAYOUT.level(MAX_LEVEL))
     assert sum(1 for _, d, _ in broker.published if d == top) == 1  # staged there, then again
     assert stats.hops == expected_hops(delay_ms)
 
@@ -647,7 +647,7 @@ def test_a_refused_hop_is_taken_for_a_missing_staging_queue_and_reconnects() -> 
     broker = MemoryBroker(clock=clock)
     engine, stats, _ = engine_for(broker, clock)
     mid = stage(broker, delay_ms=3_600_000, now=T0)
-    level = broker.client_destination(LAYOUT.queue_for(3_600_000 - (1 << 21)))
+    level = broker.format.client_destination(LAYOUT.queue_for(3_600_000 - (1 << 21)))
     broker.refuse(level, MQRC_UNKNOWN_OBJECT_NAME)
     drive(engine, clock, T0 + (1 << 21))
     assert stats.reconnects >= 1 and stats.undeliverable == 0
@@ -725,8 +725,8 @@ def test_a_message_refused_for_a_property_value_is_kept_with_plain_headers() -> 
     bad_target = "/queue/picky"
     broker.refuse(bad_target, MQRC_PROPERTY_VALUE_BAD, "type is longer than 255 bytes")
     refused = stage(broker, delay_ms=2_000, now=T0, target=bad_target)
-    broker.refuse(broker.client_destination(LAYOUT.queue_for(1_500)), MQRC_PROPERTY_VALUE_BAD,
-                  "content-type is longer than 255 bytes")
+    level = broker.format.client_destination(LAYOUT.queue_for(1_500))
+    broker.refuse(level, MQRC_PROPERTY_VALUE_BAD, "content-type is longer than 255 bytes")
     stuck = stage(broker, delay_ms=3_500, now=T0)  # L11, then a hop to L10: refused
     good = stage(broker, delay_ms=2_500, now=T0)  # L11, then held for release: no hop
     drive(engine, clock, T0 + 4_000)

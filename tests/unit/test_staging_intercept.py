@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import pytest
 
+from adapters import activemq, rabbitmq
 from bridge.frontends.stomp import FrameParser, serialize
 from bridge.frontends.stomp.session import Session, State
+from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
+from bridge.intercept.guard import StagingGuard
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from policies.delay import DelayConfig
@@ -12,13 +15,18 @@ from policies.delay import DelayConfig
 NOW = 1_800_000_000_000
 
 
-def interceptor(broker: str = "rabbitmq", **config: object) -> DelayInterceptor:
-    return DelayInterceptor(broker=broker, config=DelayConfig(**config),  # type: ignore[arg-type]
-                            layout=Layout(), clock=lambda: NOW)
+FORMATS = {"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}
 
 
-def connected(icpt: DelayInterceptor) -> Session:
-    s = Session(interceptor=icpt)
+def interceptor(broker: str = "rabbitmq", **config: object) -> Chain:
+    """The chain the bridge runs: the staging guard, then delivery delay."""
+    delay = DelayInterceptor(fmt=FORMATS[broker], config=DelayConfig(**config),  # type: ignore[arg-type]
+                             layout=Layout(), clock=lambda: NOW)
+    return Chain([StagingGuard(Layout()), delay])
+
+
+def connected(chain: Chain) -> Session:
+    s = Session(chain=chain)
     s.from_client(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:u\npasscode:p\n\n\x00")
     s.from_broker(b"CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00")
     assert s.state is State.CONNECTED
@@ -153,7 +161,7 @@ def test_release_restores_the_message_the_application_sent() -> None:
     assert hopped[envelope.ENTERED] == str(NOW + 2048) and "receipt" not in hopped
     info = envelope.Staged.of(hopped)
     assert (info.target, info.due_ms, info.expires_ms) == ("/queue/orders", NOW + 3000, NOW + 10000)
-    released = envelope.released_headers(hopped, broker="rabbitmq", now_ms=NOW + 3004)
+    released = envelope.released_headers(hopped, rabbitmq.FORMAT, now_ms=NOW + 3004)
     assert released["amqp-message-id"] == "M1" and released["correlation-id"] == "C"
     assert released["expiration"] == str(10000 - 3004)  # the TTL still counts from the send
     assert released["app"] == "v" and released["priority"] == "7"
@@ -169,7 +177,7 @@ def test_release_keeps_an_absolute_expiry_as_sent() -> None:
                               ("expires", str(NOW + 60000))]))
     staged = dict(parse(out.to_broker[0]).headers)
     assert "expires" not in staged  # ActiveMQ must not expire the staged copy itself
-    released = envelope.released_headers(staged, broker="activemq", now_ms=NOW + 3000)
+    released = envelope.released_headers(staged, activemq.FORMAT, now_ms=NOW + 3000)
     assert released["expires"] == str(NOW + 60000)
     assert "correlation-id" not in released  # the application set none
 

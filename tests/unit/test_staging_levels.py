@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from adapters import activemq, rabbitmq
 from bridge.staging.levels import Layout, layout_for
 
 BINARY = Layout()
@@ -50,7 +51,7 @@ def test_dwell_of_a_name_not_in_the_layout_is_none(name: str) -> None:
 
 
 def test_each_broker_has_its_layout_and_it_survives_pickling() -> None:
-    rabbit, amq = layout_for("rabbitmq", "p"), layout_for("activemq", "p")
+    rabbit, amq = layout_for(rabbitmq.FORMAT, "p"), layout_for(activemq.FORMAT, "p")
     assert rabbit.second_levels and not amq.second_levels
     assert pickle.loads(pickle.dumps(rabbit)) == rabbit  # sent to the engine process
     assert pickle.loads(pickle.dumps(rabbit)).dwells == rabbit.dwells

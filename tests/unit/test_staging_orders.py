@@ -238,7 +238,7 @@ def test_tool_orders_the_engine_that_holds_the_message() -> None:
     outcome = tools.cancel(broker, LAYOUT, "ID:held", answer_s=5.0)
     assert outcome == tools.Outcome("cancelled", by_engine=True) and outcome.as_asked
     assert [o.action for o in broker.orders] == [Action.CANCEL]
-    expired = tools.release_now(broker, LAYOUT, "ID:gone", name="rabbitmq", answer_s=5.0)
+    expired = tools.release_now(broker, LAYOUT, "ID:gone", answer_s=5.0)
     assert expired is not None and not expired.as_asked
     assert "time to live" in expired.describe("ID:gone")
 

@@ -69,7 +69,7 @@ def test_release_now_puts_the_original_to_its_target_then_removes_the_staged_cop
     broker = MemoryBroker()
     broker.connect()
     message_id = stage(broker, delay_ms=86_400_000, now=T0, body=b"payload")
-    assert tools.release_now(broker, LAYOUT, message_id, name=broker.name)
+    assert tools.release_now(broker, LAYOUT, message_id)
     ((_, destination, message),) = broker.published
     assert destination == TARGET and message.body == b"payload"
     assert message.headers["x-app"] == "kept"
@@ -84,13 +84,13 @@ def test_release_now_refused_by_the_target_keeps_the_staged_copy() -> None:
     broker.refuse(TARGET, MQRC_UNKNOWN_OBJECT_NAME, "no such queue")
     message_id = stage(broker, delay_ms=86_400_000, now=T0)
     with pytest.raises(PutRefused):
-        tools.release_now(broker, LAYOUT, message_id, name=broker.name)
+        tools.release_now(broker, LAYOUT, message_id)
     assert staged_count(broker) == 1
 
 
 def test_release_now_of_an_unknown_message_is_false() -> None:
     broker = MemoryBroker()
     broker.connect()
-    assert tools.release_now(broker, LAYOUT, "ID:never-staged", name=broker.name,
+    assert tools.release_now(broker, LAYOUT, "ID:never-staged",
                              answer_s=0.05) is None
     assert [d for _, d, _ in broker.published] == ["/topic/" + LAYOUT.control], "only the order"

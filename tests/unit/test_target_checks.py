@@ -7,10 +7,12 @@ import threading
 
 import pytest
 
+from adapters import rabbitmq
 from adapters.base import PutCheck
 from adapters.rabbitmq import queue_check
 from bridge.frontends.stomp import HEARTBEAT, FrameParser, serialize
 from bridge.frontends.stomp.session import Session, State
+from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
 from bridge.staging.levels import Layout
 from bridge.staging.targets import (
@@ -132,9 +134,9 @@ def test_concurrent_checks_of_one_key_share_one_probe() -> None:
 # -- the session holds the client's frames while a check runs ---------------------------------
 
 def session(checks: TargetChecks) -> Session:
-    icpt = DelayInterceptor(broker="rabbitmq", config=DelayConfig(), layout=Layout(),
+    icpt = DelayInterceptor(fmt=rabbitmq.FORMAT, config=DelayConfig(), layout=Layout(),
                             clock=lambda: NOW, targets=checks)
-    s = Session(interceptor=icpt)
+    s = Session(chain=Chain([icpt]))
     s.from_client(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:app\npasscode:pw\n\n\x00")
     s.from_broker(b"CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00")
     assert s.state is State.CONNECTED
@@ -158,7 +160,7 @@ def test_frames_after_a_checked_send_wait_for_it_and_keep_their_order() -> None:
     after = send("/queue/a", ("seq", "3"))
     out = s.from_client(before + delayed + after)
     assert out.to_broker == [before]
-    assert out.check == key("/topic/open")
+    assert out.check.key == key("/topic/open")
     assert s.checking
     later = send("/queue/a", ("seq", "4"))
     held = s.from_client(later + b"\n")
@@ -200,11 +202,11 @@ def test_a_second_check_among_held_frames_holds_the_rest_again() -> None:
     first = send("/topic/one", ("x-delay", "5000"))
     second = send("/topic/two", ("x-delay", "5000"))
     plain = send("/queue/a")
-    assert s.from_client(first + second).check == key("/topic/one")
+    assert s.from_client(first + second).check.key == key("/topic/one")
     s.from_client(plain)
     checks.judge(key("/topic/one"))
     out = s.resume()
-    assert out.check == key("/topic/two") and len(out.to_broker) == 1
+    assert out.check.key == key("/topic/two") and len(out.to_broker) == 1
     checks.judge(key("/topic/two"))
     out = s.resume()
     assert commands(out.to_broker) == [

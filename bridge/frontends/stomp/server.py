@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import structlog
 
+from bridge.frontends.checks import CheckRunner
 from bridge.frontends.stats import RelayStats
-from bridge.frontends.stomp.session import Interceptor, Output, Session, State
-from bridge.staging.targets import PASSES, TargetChecks, TargetKey
+from bridge.frontends.stomp.session import Output, Session, State
+from bridge.intercept.chain import Chain
 from policies.endpoints import Endpoint
 
 # A peer that agreed to heart-beat every N ms is declared dead after N * this of silence.
@@ -55,7 +56,7 @@ class ClientLink(asyncio.Protocol):
     def __init__(self, server: StompServer) -> None:
         self.server = server
         self.id = next(_ids)
-        self.session = Session(interceptor=server.interceptor, stats=server.stats)
+        self.session = Session(chain=server.chain, stats=server.stats)
         self.log = structlog.get_logger("stomp").bind(conn=self.id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -109,6 +110,7 @@ class ClientLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self.session.client_lost()
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self._checking is None and self.upstream is not None:
@@ -157,22 +159,14 @@ class ClientLink(asyncio.Protocol):
         if out.close is not None:
             self.close(out.close)
         elif out.check is not None:
-            self._start_check(out.check)
+            self._checking = self.server.checks.start(out.check, self)
 
-    def _start_check(self, key: object) -> None:
+    def hold_client(self) -> None:
         """Stop reading the client until the check is done (the session holds its frames)."""
-        checks = self.server.targets
-        assert checks is not None and isinstance(key, TargetKey)
         if self.client is not None and not self._client_paused:
             self.client.pause_reading()
-        self._checking = self.server.loop.create_task(self._check_then_resume(checks, key))
 
-    async def _check_then_resume(self, checks: TargetChecks, key: TargetKey) -> None:
-        try:
-            await checks.check(key)
-        except Exception as exc:  # never leave the client's frames held
-            self.log.error("target check failed", destination=key.destination, error=repr(exc))
-            checks.remember(key, PASSES, 1.0)
+    def checked(self) -> None:
         self._checking = None
         gone = self._closing
         self._apply(self.session.resume())
@@ -229,16 +223,15 @@ class StompServer:
         *,
         broker: str,
         upstream: Endpoint,
-        interceptor: Interceptor | None,
+        chain: Chain | None,
         stats: RelayStats,
         connect_timeout: float = 10.0,
-        targets: TargetChecks | None = None,
     ) -> None:
         self.broker = broker
         self.upstream = upstream
-        self.interceptor = interceptor
+        self.chain = chain
         self.stats = stats
-        self.targets = targets
+        self.checks = CheckRunner()
         self.connect_timeout = connect_timeout
         self.links: set[ClientLink] = set()
         self.loop = asyncio.get_running_loop()

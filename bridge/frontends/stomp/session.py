@@ -5,18 +5,17 @@ keeps the connection state in one transition table, negotiates version and heart
 way the two peers do, and decides, frame by frame, what goes where. Frames it does not need
 to change are forwarded as the bytes that came in.
 
-The one place a client frame can be inspected, rewritten or refused is ``Interceptor``:
-delivery delay (SEND) and staging-queue protection (SEND, SUBSCRIBE) plug in there. A frame that
-can only be judged after a look at the broker (may this user write to that target?) makes the
-session hold it, and everything the client sends after it, until the glue has run the check and
-calls ``resume()``: frames still reach the broker in the order the client sent them.
+Frames are offered to the interception core (``bridge.intercept``) as protocol-neutral views,
+and only the frames its chain asked to see (``translate.Screen``): a SEND it wants, a SUBSCRIBE,
+a MESSAGE, an ACK / NACK / COMMIT / ABORT, a lost connection. Its decisions come back as values
+and are turned into bytes here. A ``Hold`` (may this user write to that target?) makes the
+session hold the frame, and everything the client sends after it, until the glue has run the
+check and calls ``resume()``: frames still reach the broker in the order the client sent them.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
-from typing import Protocol
 
 from bridge.frontends.stats import RelayStats
 from bridge.frontends.stomp import (
@@ -28,6 +27,17 @@ from bridge.frontends.stomp import (
     StompProtocolError,
     error_frame,
 )
+from bridge.frontends.stomp.translate import (
+    Consumers,
+    Screen,
+    decision_bytes,
+    delivery_view,
+    send_view,
+    subscribe_view,
+)
+from bridge.intercept.chain import Chain
+from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse
+from bridge.intercept.views import Principal
 from policies.errors import Refused
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
@@ -76,35 +86,6 @@ _CLIENT_MOVES = _by_state(CLIENT_TRANSITIONS)
 _BROKER_MOVES = _by_state(BROKER_TRANSITIONS)
 
 
-class NeedsCheck(Exception):  # noqa: N818 - a request to the glue, not an error
-    """Raised by an interceptor: judge this frame again once the check ``key`` has been run."""
-
-    def __init__(self, key: Hashable) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-class Interceptor(Protocol):
-    """Inspects client frames of the commands it names before they go upstream."""
-
-    commands: frozenset[str]
-
-    def client_frame(self, frame: Frame, session: Session) -> bytes:
-        """Return the bytes to send upstream (``frame.raw`` to relay it unchanged).
-
-        Raise ``policies.errors.Refused`` to refuse it: the client gets an ERROR frame and the
-        connection closes, as STOMP requires after an ERROR. Raise ``NeedsCheck`` to have the
-        glue run a check first; the frame is offered again after ``Session.resume()``."""
-        ...
-
-
-class PassThrough:
-    commands: frozenset[str] = frozenset()
-
-    def client_frame(self, frame: Frame, session: Session) -> bytes:
-        return frame.raw
-
-
 class Output:
     """What one call of the session asks the glue to do."""
 
@@ -120,9 +101,9 @@ class Output:
         self.to_client: list[bytes] = [] if to_client is None else to_client
         # Set: flush what is above, then close both sides; the reason.
         self.close = close
-        # Set: run this check (NeedsCheck.key), then call resume(); the client's later frames
-        # are held meanwhile (stop reading from it).
-        self.check: Hashable | None = None
+        # Set: run this check, then call resume(); the client's later frames are held
+        # meanwhile (stop reading from it).
+        self.check: Hold | None = None
 
     def extend(self, more: Output) -> None:
         self.to_broker += more.to_broker
@@ -174,7 +155,7 @@ class Session:
     def __init__(
         self,
         *,
-        interceptor: Interceptor | None = None,
+        chain: Chain | None = None,
         stats: RelayStats | None = None,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
@@ -189,7 +170,11 @@ class Session:
         # Negotiated intervals in ms (0 = none): client->broker and broker->client.
         self.heartbeat_up = 0
         self.heartbeat_down = 0
-        self.interceptor: Interceptor = interceptor or PassThrough()
+        self.chain = chain or Chain()
+        self.screen = Screen(self.chain.interest)
+        self.principal = Principal()
+        # Deliveries not yet settled, followed only when an interceptor asked for settlements.
+        self._consumers = Consumers() if self.chain.interest.settlements else None
         self.stats = stats or RelayStats()
         self._client = FrameParser(role="server", limits=limits)
         self._broker = FrameParser(role="client", limits=limits, validate=False)
@@ -245,7 +230,7 @@ class Session:
         self, events: list[Event], error: StompProtocolError | None, out: Output
     ) -> Output:
         stats = self.stats
-        watched = self.interceptor.commands
+        watched = self.screen.client_commands
         frames = stats.frames_up
         for event in events:
             if event is HEARTBEAT:
@@ -261,20 +246,21 @@ class Session:
                 self._on_connect(event)
             frames[command] += 1
             if command in watched:
-                try:
-                    out.to_broker.append(self.interceptor.client_frame(event, self))
-                except NeedsCheck as need:
+                decision = self._decide(event)
+                if isinstance(decision, Hold):
                     frames[command] -= 1  # counted when it is offered again
                     at = next(i for i, e in enumerate(events) if e is event)
                     self._held, self._held_error = events[at:], error
-                    out.check = need.key
+                    out.check = decision
                     return out
-                except Refused as refusal:
+                if isinstance(decision, Refuse):
+                    refusal = decision.refusal
                     stats.refusals[refusal.reason.name] += 1
                     out.to_client.append(self._refusal_frame(refusal, event))
                     out.close = f"refused {command}: {refusal}"
                     self.state = State.CLOSED
                     return out
+                out.to_broker.append(decision_bytes(decision, event, self.version))
             else:
                 out.to_broker.append(event.raw)
             if nxt is not self._state:
@@ -283,10 +269,33 @@ class Session:
             return self._protocol_error(error, out)
         return out
 
+    def _decide(self, frame: Frame) -> Decision:
+        """The chain's decision on a client frame it asked to see."""
+        command, chain = frame.command, self.chain
+        if command == "SEND":
+            if self.screen.wants_send(frame):
+                return chain.on_send(send_view(frame, self.principal))
+            return RELAY
+        consumers = self._consumers
+        if command == "SUBSCRIBE":
+            if consumers is not None:
+                consumers.subscribed(frame)
+            if self.screen.interest.subscribes:
+                return chain.on_subscribe(subscribe_view(frame, self.principal))
+            return RELAY
+        if consumers is None:
+            return RELAY
+        if command == "UNSUBSCRIBE":
+            consumers.unsubscribed(frame)
+            return RELAY
+        settle = consumers.settle(frame, self.version, self.principal)
+        return RELAY if settle is None else chain.on_settle(settle)
+
     def _on_connect(self, frame: Frame) -> None:
         self.login = frame.get("login")
         self.passcode = frame.get("passcode")
         self.host = frame.get("host")
+        self.principal = Principal(self.login, self.passcode, self.host)
         self.client_heartbeat = parse_heartbeat(frame.get("heart-beat"))
         # Frames pipelined behind CONNECT are parsed as the version the broker will most
         # likely choose; CONNECTED settles it.
@@ -352,8 +361,21 @@ class Session:
                 if command == "CONNECTED":
                     self._on_connected(event)
                 self.state = nxt
-            out.to_client.append(event.raw)
+            if command == "MESSAGE" and self.screen.deliveries:
+                out.to_client.append(self._delivered(event))
+            else:
+                out.to_client.append(event.raw)
         return out
+
+    def _delivered(self, frame: Frame) -> bytes:
+        """Offer a MESSAGE to the chain; a delivery can be relayed or rewritten only."""
+        view = delivery_view(frame, self.version)
+        if self._consumers is not None:
+            self._consumers.delivered(view)
+        decision = self.chain.on_delivery(view) if self.screen.interest.deliveries else RELAY
+        if isinstance(decision, Hold | Refuse):
+            raise TypeError(f"a delivery can be relayed or rewritten, not {decision!r}")
+        return decision_bytes(decision, frame, self.version)
 
     def _on_connected(self, frame: Frame) -> None:
         version = frame.get("version") or "1.0"
@@ -365,6 +387,14 @@ class Session:
         )
 
     # -- endings ---------------------------------------------------------------------------
+    def client_lost(self) -> None:
+        """The client's connection ended: what it was handed and did not settle is offered to
+        the chain as lost (the broker gets it back when the upstream connection closes)."""
+        if self._consumers is not None:
+            settle = self._consumers.lost(self.principal)
+            if settle is not None:
+                self.chain.on_settle(settle)
+
     def broker_lost(self, why: str) -> Output:
         """The upstream connection ended: tell the client unless the session was ending."""
         out = Output(close=f"broker connection closed: {why}")

@@ -1,0 +1,162 @@
+"""STOMP frames <-> the interception core's views and decisions.
+
+``Screen`` compiles the chain's ``Interest`` into byte searches once, so a frame nobody asked to
+see costs a few substring searches of its header section and is never decoded. ``Consumers``
+remembers, only when an interceptor asked for settlements, which deliveries each subscription
+still owes an ACK or NACK for, so that a NACK, the ABORT of a transaction that settled
+deliveries, and a lost connection can be offered as ``Settle`` views with what they settle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from bridge.frontends.stomp.frame import Frame, serialize
+from bridge.intercept.chain import Interest
+from bridge.intercept.decisions import Relay, Rewrite
+from bridge.intercept.views import Delivery, Outcome, Principal, Send, Settle, Subscribe
+
+SETTLING = ("ACK", "NACK", "COMMIT", "ABORT")
+
+
+def headers_of(frame: Frame) -> dict[str, str]:
+    """A frame's headers, the first of a repeated one winning (STOMP 1.2)."""
+    out: dict[str, str] = {}
+    for name, value in frame.headers:
+        out.setdefault(name, value)
+    return out
+
+
+class Screen:
+    """Which client and broker frames the chain wants to see, decided on their bytes."""
+
+    def __init__(self, interest: Interest) -> None:
+        self.interest = interest
+        needles = [b"\n" + name.encode() + b":" for name in sorted(interest.send_headers)]
+        needles += [text.encode() for text in interest.send_mentions]
+        self._needles = tuple(needles)
+        commands = set()
+        if interest.sends:
+            commands.add("SEND")
+        if interest.subscribes:
+            commands.add("SUBSCRIBE")
+        if interest.settlements:
+            commands.update(("SUBSCRIBE", "UNSUBSCRIBE", *SETTLING))
+        self.client_commands = frozenset(commands)
+        self.deliveries = interest.deliveries or interest.settlements
+
+    def wants_send(self, frame: Frame) -> bool:
+        """Whether some interceptor asked to see this SEND. Only the header section can name a
+        header: the body is never searched (it can be large)."""
+        raw, end = frame.raw, frame.body_at
+        return any(raw.find(needle, 0, end) >= 0 for needle in self._needles)
+
+
+def send_view(frame: Frame, principal: Principal) -> Send:
+    headers = headers_of(frame)
+    return Send(
+        destination=headers.get("destination", ""),
+        headers=headers,
+        body_size=frame.body_length,
+        principal=principal,
+        transaction=headers.get("transaction"),
+    )
+
+
+def subscribe_view(frame: Frame, principal: Principal) -> Subscribe:
+    return Subscribe(frame.get("destination") or "", principal)
+
+
+def delivery_view(frame: Frame, version: str | None) -> Delivery:
+    headers = headers_of(frame)
+    return Delivery(
+        destination=headers.get("destination", ""),
+        subscription=headers.get("subscription", ""),
+        ack_id=ack_id(headers, version),
+        headers=headers,
+        body_size=frame.body_length,
+        redelivered=headers.get("redelivered") == "true",
+    )
+
+
+def ack_id(headers: dict[str, str], version: str | None) -> str:
+    """What a client names a MESSAGE by in its ACK or NACK: STOMP 1.2 its ``ack`` header,
+    earlier versions its ``message-id``."""
+    if version == "1.2":
+        return headers.get("ack") or headers.get("message-id", "")
+    return headers.get("message-id", "")
+
+
+def decision_bytes(decision: Relay | Rewrite, frame: Frame, version: str | None) -> bytes:
+    """The bytes that carry a RELAY or a Rewrite of ``frame`` upstream."""
+    if isinstance(decision, Rewrite):
+        return serialize(frame.command, decision.headers, frame.body, version=version)
+    return frame.raw
+
+
+class Consumers:
+    """What each subscription was handed and has not settled, and what each open transaction
+    settled, so that settlements can be offered as views."""
+
+    def __init__(self) -> None:
+        self.modes: dict[str, str] = {}  # subscription id -> ack mode
+        self.unsettled: dict[str, Delivery] = {}  # ack id -> delivery, in delivery order
+        self.transactions: dict[str, list[tuple[Outcome, tuple[Delivery, ...]]]] = {}
+
+    def subscribed(self, frame: Frame) -> None:
+        sub = frame.get("id") or frame.get("destination") or ""  # STOMP 1.0: id optional
+        self.modes[sub] = frame.get("ack") or "auto"
+
+    def unsubscribed(self, frame: Frame) -> None:
+        sub = frame.get("id") or frame.get("destination") or ""
+        self.modes.pop(sub, None)
+
+    def delivered(self, delivery: Delivery) -> None:
+        if self.modes.get(delivery.subscription, "auto") != "auto":
+            self.unsettled[delivery.ack_id] = delivery
+
+    def settle(self, frame: Frame, version: str | None, principal: Principal) -> Settle | None:
+        """The view of an ACK, NACK, COMMIT or ABORT; None for what settles nothing. An ACK or
+        NACK inside a transaction settles only when the transaction commits."""
+        command, tx = frame.command, frame.get("transaction")
+        if command in ("COMMIT", "ABORT"):
+            done = self.transactions.pop(tx or "", [])
+            if command == "COMMIT":
+                for _, deliveries in done:
+                    for d in deliveries:
+                        self.unsettled.pop(d.ack_id, None)
+                return None
+            rolled = tuple(d for _, deliveries in done for d in deliveries)
+            return Settle(Outcome.ROLLBACK, rolled, tx, principal) if rolled else None
+        name = (frame.get("id") if version == "1.2" else frame.get("message-id")) or ""
+        deliveries = tuple(self._covered(name))
+        outcome = Outcome.ACK if command == "ACK" else Outcome.NACK
+        if tx is not None:
+            self.transactions.setdefault(tx, []).append((outcome, deliveries))
+            return None
+        for d in deliveries:
+            self.unsettled.pop(d.ack_id, None)
+        return Settle(outcome, deliveries, None, principal)
+
+    def lost(self, principal: Principal) -> Settle | None:
+        """The connection ended: everything handed out and not settled (an ACK in a transaction
+        that never committed settled nothing)."""
+        left = tuple(self.unsettled.values())
+        self.unsettled.clear()
+        self.transactions.clear()
+        return Settle(Outcome.LOST, left, None, principal) if left else None
+
+    def _covered(self, name: str) -> Iterator[Delivery]:
+        """The deliveries one ACK or NACK settles: in ``client`` mode every earlier delivery of
+        the same subscription as well (cumulative), else just the one named."""
+        named = self.unsettled.get(name)
+        if named is None:
+            return
+        if self.modes.get(named.subscription) != "client":
+            yield named
+            return
+        for d in self.unsettled.values():
+            if d.subscription == named.subscription:
+                yield d
+            if d is named:
+                return

@@ -1,0 +1,102 @@
+"""Interceptors and the chain a front-end offers its views to.
+
+An interceptor states its ``Interest`` up front, in protocol-neutral terms, so that a front-end
+can screen its traffic cheaply in its own wire format (the STOMP front-end searches a SEND's
+header bytes; nothing is decoded for a frame nobody wants) and build views only for what some
+interceptor asked to see. The chain offers a view to its interceptors in order; the first
+decision other than ``RELAY`` is the chain's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bridge.intercept.decisions import RELAY, Decision
+from bridge.intercept.views import Delivery, Send, Settle, Subscribe
+
+
+@dataclass(frozen=True, slots=True)
+class Interest:
+    """Which views an interceptor wants to be offered."""
+
+    send_headers: frozenset[str] = frozenset()  # sends that carry one of these headers
+    send_mentions: tuple[str, ...] = ()  # sends with a header value containing one of these
+    subscribes: bool = False
+    deliveries: bool = False
+    settlements: bool = False
+
+    def __or__(self, other: Interest) -> Interest:
+        return Interest(
+            self.send_headers | other.send_headers,
+            tuple(dict.fromkeys((*self.send_mentions, *other.send_mentions))),
+            self.subscribes or other.subscribes,
+            self.deliveries or other.deliveries,
+            self.settlements or other.settlements,
+        )
+
+    @property
+    def sends(self) -> bool:
+        return bool(self.send_headers or self.send_mentions)
+
+
+class Interceptor:
+    """Base of the interceptors: every hook relays. A subclass states its ``interest`` and
+    overrides the hooks for the views it asked for."""
+
+    interest = Interest()
+
+    def on_send(self, send: Send) -> Decision:
+        return RELAY
+
+    def on_subscribe(self, subscribe: Subscribe) -> Decision:
+        return RELAY
+
+    def on_delivery(self, delivery: Delivery) -> Decision:
+        return RELAY
+
+    def on_settle(self, settle: Settle) -> Decision:
+        return RELAY
+
+
+class Chain(Interceptor):
+    """Interceptors in order; the first decision that is not ``RELAY`` wins."""
+
+    def __init__(self, interceptors: Sequence[Interceptor] = ()) -> None:
+        self.interceptors = tuple(interceptors)
+        interest = Interest()
+        for icpt in self.interceptors:
+            interest |= icpt.interest
+        self.interest = interest
+        self._sends = [i for i in self.interceptors if i.interest.sends]
+        self._subscribes = [i for i in self.interceptors if i.interest.subscribes]
+        self._deliveries = [i for i in self.interceptors if i.interest.deliveries]
+        self._settlements = [i for i in self.interceptors if i.interest.settlements]
+
+    def on_send(self, send: Send) -> Decision:
+        for icpt in self._sends:
+            decision = icpt.on_send(send)
+            if decision is not RELAY:
+                return decision
+        return RELAY
+
+    def on_subscribe(self, subscribe: Subscribe) -> Decision:
+        for icpt in self._subscribes:
+            decision = icpt.on_subscribe(subscribe)
+            if decision is not RELAY:
+                return decision
+        return RELAY
+
+    def on_delivery(self, delivery: Delivery) -> Decision:
+        for icpt in self._deliveries:
+            decision = icpt.on_delivery(delivery)
+            if decision is not RELAY:
+                return decision
+        return RELAY
+
+    def on_settle(self, settle: Settle) -> Decision:
+        for icpt in self._settlements:
+            decision = icpt.on_settle(settle)
+            if decision is not RELAY:
+                return decision
+        return RELAY
