@@ -20,6 +20,7 @@ from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
 from bridge.intercept.guard import StagingGuard
 from bridge.staging.levels import Layout, layout_for
+from bridge.staging.outcomes import StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
@@ -96,7 +97,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     targets = target_checks(settings)
     chain = Chain([
         StagingGuard(layout),
-        DelayInterceptor(fmt=fmt, config=config, layout=layout, on_staged=staging.on_staged,
+        DelayInterceptor(fmt=fmt, config=config, layout=layout, sinks=[StatsSink(staging)],
                          targets=targets),
     ])
     stomp = StompServer(

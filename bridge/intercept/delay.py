@@ -10,14 +10,16 @@ for any other send.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from adapters.base import StagedFormat
 from bridge.intercept.chain import Interceptor, Interest
 from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse, Rewrite
 from bridge.intercept.views import Send
+from bridge.staging import envelope
 from bridge.staging.envelope import staged_headers
 from bridge.staging.levels import Layout
+from bridge.staging.outcomes import Kind, Outcome, Sink
 from bridge.staging.targets import TargetChecks, TargetKey, Unknown
 from policies.delay import DelayConfig, delay_of
 from policies.errors import Refused
@@ -42,14 +44,14 @@ class DelayInterceptor(Interceptor):
         config: DelayConfig,
         layout: Layout,
         clock: Callable[[], int] = _wall_ms,
-        on_staged: Callable[[str], None] = lambda queue: None,
+        sinks: Sequence[Sink] = (),
         targets: TargetChecks | None = None,
     ) -> None:
         self.fmt = fmt
         self.config = config
         self.layout = layout
         self.clock = clock
-        self.on_staged = on_staged
+        self.sinks = tuple(sinks)
         self.targets = targets
         self._drop = config.delay_header_names()
         self.interest = Interest(send_headers=frozenset(self._drop))
@@ -58,7 +60,15 @@ class DelayInterceptor(Interceptor):
         try:
             return self._stage(send)
         except Refused as refusal:
+            if self.sinks:
+                self._tell(Outcome(Kind.REFUSED, self.clock(), send.headers.get(
+                    self.fmt.message_id_header or "message-id"), send.destination,
+                    reason=refusal.reason, detail=refusal.detail))
             return Refuse(refusal)
+
+    def _tell(self, outcome: Outcome) -> None:
+        for sink in self.sinks:
+            sink((outcome,))
 
     def _stage(self, send: Send) -> Decision:
         headers, destination = send.headers, send.destination
@@ -108,5 +118,7 @@ class DelayInterceptor(Interceptor):
             expires_ms=delayed.expires_ms,
             drop=self._drop,
         )
-        self.on_staged(queue)
+        if self.sinks:
+            self._tell(Outcome(Kind.STAGED, now, dict(staged)[envelope.MESSAGE_ID], destination,
+                               delayed.due_ms, delayed.expires_ms, queue=queue))
         return Rewrite(staging, staged)

@@ -56,7 +56,7 @@ class Delivery:
     redelivered: bool = False
 
 
-class Outcome(enum.Enum):
+class Settlement(enum.Enum):
     """How a consumer settled deliveries."""
 
     ACK = "ack"  # processed
@@ -69,7 +69,7 @@ class Outcome(enum.Enum):
 class Settle:
     """A consumer settles deliveries it was handed, or loses them."""
 
-    outcome: Outcome
+    outcome: Settlement
     deliveries: tuple[Delivery, ...]
     transaction: str | None = None
     principal: Principal = ANONYMOUS

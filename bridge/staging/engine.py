@@ -49,6 +49,7 @@ from bridge.staging.envelope import (
 )
 from bridge.staging.levels import MIN_LEVEL, Layout
 from bridge.staging.orders import Action, Order, Orders, destination
+from bridge.staging.outcomes import Kind, LogSink, Outcome, Sink, StatsSink
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused, Refused
@@ -117,6 +118,11 @@ class _Kind(Enum):
 
 # What an operator's order did, as its answer says.
 _DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired"}
+_OUTCOME = {
+    _Kind.RELEASE: Kind.RELEASED, _Kind.RELEASE_NOW: Kind.RELEASED_NOW,
+    _Kind.CANCEL: Kind.CANCELLED, _Kind.EXPIRE: Kind.EXPIRED,
+    _Kind.UNDELIVERABLE: Kind.UNDELIVERABLE,
+}
 
 
 @dataclass(slots=True)
@@ -150,7 +156,10 @@ class Engine:
         backoff_s: tuple[float, float] = (0.5, 10.0),
         level_prefetch: int = 1000,
         lead_ms: int = LEAD_MS,
+        sinks: Sequence[Sink] = (),
     ) -> None:
+        """``sinks`` get the outcomes of what the broker confirmed, after the engine's own
+        counters and log lines (``StatsSink``, ``LogSink``)."""
         if batch < 1 or ready_prefetch < 1:
             raise ValueError("batch and ready_prefetch must be at least 1")
         if not 0 <= lead_ms <= HORIZON_MS // 2:
@@ -163,6 +172,7 @@ class Engine:
         self.stats = stats
         self.log = (log or structlog.get_logger("staging")).bind(broker=broker.name,
                                                                 prefix=layout.prefix)
+        self.sinks: tuple[Sink, ...] = (StatsSink(stats), LogSink(self.log), *sinks)
         self.ready_prefetch = ready_prefetch
         self.batch = batch
         self.invalid_queue = layout.invalid
@@ -704,65 +714,41 @@ class Engine:
         self._record(work, max(now_ms, self.clock()))
 
     def _record(self, work: list[_Work], now_ms: int) -> None:
-        """Count and log what the broker has now done."""
-        stats, looks = self.stats, self._next_look
+        """Hand what the broker has now done to the sinks, as outcomes."""
+        looks = self._next_look
+        outcomes: list[Outcome] = []
         hops = 0
         for w in work:
-            staged = w.staged
-            if w.kind is _Kind.HOP:
+            staged, kind = w.staged, w.kind
+            if kind is _Kind.HOP:
                 hops += 1
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.
                     looks[w.queue] = min(looks[w.queue], now_ms + dwell)
-            elif w.kind is _Kind.RELEASE:
-                assert staged is not None
-                late_ms = now_ms - staged.due_ms
-                stats.released += 1
-                stats.observe_lateness(late_ms)
-                self.log.debug("released", message_id=staged.message_id, target=staged.target,
-                               late_ms=late_ms)
-            elif w.kind is _Kind.CANCEL:
-                assert staged is not None
-                stats.cancelled += 1
-                self.log.info("cancelled by an operator, not delivered",
-                              message_id=staged.message_id, target=staged.target,
-                              due_ms=staged.due_ms)
-            elif w.kind is _Kind.RELEASE_NOW:
-                assert staged is not None
-                stats.released += 1  # early on purpose: not a lateness
-                self.log.info("released by an operator", message_id=staged.message_id,
-                              target=staged.target, early_ms=staged.due_ms - now_ms)
-            elif w.kind is _Kind.EXPIRE:
-                assert staged is not None
-                stats.expired += 1
-                self.log.bind(message_id=staged.message_id, target=staged.target).info(
-                    "expired while staged, not delivered",
-                    reason=MQFB_EXPIRATION.name, feedback=MQFB_EXPIRATION.code,
-                    due_ms=staged.due_ms, expires_ms=staged.expires_ms,
-                    late_ms=now_ms - staged.due_ms,
-                )
-            elif w.kind is _Kind.UNDELIVERABLE:
-                assert staged is not None and w.refused is not None
-                stats.undeliverable += 1
-                self.log.bind(message_id=staged.message_id, target=staged.target).warning(
-                    "staged message could not be put to its target, moved to the "
-                    "undeliverable queue",
-                    reason=w.refused.reason.name, reason_code=w.refused.reason.code,
-                    reason_text=w.refused.text, queue=self.undeliverable_queue,
-                    late_ms=now_ms - staged.due_ms,
-                )
-            else:
-                stats.invalid += 1
+            elif kind is _Kind.INVALID:
                 headers = w.move.held.message.headers
-                self.log.bind(
+                outcomes.append(Outcome(
+                    Kind.INVALID, now_ms,
                     message_id=headers.get("message-id") or headers.get("amqp-message-id"),
-                    target=headers.get(PREFIX + "target"),
-                ).error("unreadable staged message moved", queue=w.queue,
-                        invalid_queue=self.invalid_queue, error=w.error)
+                    target=headers.get(PREFIX + "target"), queue=self.invalid_queue,
+                    detail=f"{w.error} (on {w.queue})",
+                ))
+            else:
+                assert staged is not None
+                refused = w.refused
+                outcomes.append(Outcome(
+                    _OUTCOME[kind], now_ms, staged.message_id, staged.target, staged.due_ms,
+                    staged.expires_ms,
+                    reason=refused.reason if refused is not None else (
+                        MQFB_EXPIRATION if kind is _Kind.EXPIRE else None),
+                    detail=refused.text if refused is not None else "",
+                    queue=self.undeliverable_queue if kind is _Kind.UNDELIVERABLE else None,
+                ))
             if w.order is not None and w.order.reply_topic:
                 answer = w.order.answer(_DONE.get(w.kind, w.kind.value))
                 self._answers.append((w.order.reply_topic, answer))
         if hops:
-            stats.hops += hops
-            self.log.debug("hopped", count=hops)
+            outcomes.append(Outcome(Kind.HOPPED, now_ms, count=hops))
+        for sink in self.sinks:
+            sink(outcomes)

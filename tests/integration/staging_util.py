@@ -14,6 +14,7 @@ from pathlib import Path
 import pika
 import stomp
 
+from adapters import activemq, rabbitmq
 from bridge.staging.levels import Layout, layout_for
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
@@ -85,7 +86,8 @@ def clean(broker: Broker, layout: Layout) -> None:
 def private_bridges(broker: Broker, tmp: Path, n: int = 1,
                     extra: tuple[str, ...] = ()) -> Iterator[tuple[Layout, list[BridgeProcess]]]:
     """``n`` bridges sharing a staging prefix of their own."""
-    layout = layout_for(broker.format, f"jbt-staging-{uuid.uuid4().hex[:8]}")
+    layout = layout_for({"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}[broker.name],
+                        f"jbt-staging-{uuid.uuid4().hex[:8]}")
     procs = [
         BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
                       tmp / f"bridge{i}.log",

@@ -28,6 +28,7 @@ from bridge.staging.engine import (
     Engine,
 )
 from bridge.staging.levels import MAX_LEVEL, Layout
+from bridge.staging.outcomes import Kind, Outcome
 from bridge.staging.stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION
 from tests.unit.memory_broker import MemoryBroker
@@ -743,3 +744,22 @@ def test_a_message_refused_for_a_property_value_is_kept_with_plain_headers() -> 
     assert "MQRC_PROPERTY_VALUE_BAD" in invalid.message.headers[INVALID_REASON]
     assert stats.reconnects == 0 and broker.connects == 1
     assert stats.undeliverable == 1 and stats.invalid == 1 and stats.released == 1
+
+
+def test_what_the_broker_confirmed_reaches_the_sinks_as_outcomes() -> None:
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    seen: list[Outcome] = []
+    engine, stats, _ = engine_for(broker, clock, sinks=[seen.extend])
+    released_id = stage(broker, delay_ms=40_000, now=T0)
+    expired_id = stage(broker, delay_ms=40_000, now=T0, ttl_ms=40_000)
+    for t in range(T0, T0 + 40_001, 250):
+        clock.now = t
+        engine.step(t)
+    kinds = {o.kind: o for o in seen}
+    assert kinds[Kind.RELEASED].message_id == released_id
+    assert kinds[Kind.RELEASED].late_ms == 0 and kinds[Kind.RELEASED].target == TARGET
+    assert kinds[Kind.EXPIRED].message_id == expired_id
+    assert kinds[Kind.EXPIRED].reason is MQFB_EXPIRATION
+    assert sum(o.count for o in seen if o.kind is Kind.HOPPED) == stats.hops > 0
+    assert stats.released == 1 and stats.expired == 1  # the engine's own counters too

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from bridge.frontends.stomp.frame import Frame, serialize
 from bridge.intercept.chain import Interest
 from bridge.intercept.decisions import Relay, Rewrite
-from bridge.intercept.views import Delivery, Outcome, Principal, Send, Settle, Subscribe
+from bridge.intercept.views import Delivery, Principal, Send, Settle, Settlement, Subscribe
 
 SETTLING = ("ACK", "NACK", "COMMIT", "ABORT")
 
@@ -101,7 +101,7 @@ class Consumers:
     def __init__(self) -> None:
         self.modes: dict[str, str] = {}  # subscription id -> ack mode
         self.unsettled: dict[str, Delivery] = {}  # ack id -> delivery, in delivery order
-        self.transactions: dict[str, list[tuple[Outcome, tuple[Delivery, ...]]]] = {}
+        self.transactions: dict[str, list[tuple[Settlement, tuple[Delivery, ...]]]] = {}
 
     def subscribed(self, frame: Frame) -> None:
         sub = frame.get("id") or frame.get("destination") or ""  # STOMP 1.0: id optional
@@ -127,10 +127,10 @@ class Consumers:
                         self.unsettled.pop(d.ack_id, None)
                 return None
             rolled = tuple(d for _, deliveries in done for d in deliveries)
-            return Settle(Outcome.ROLLBACK, rolled, tx, principal) if rolled else None
+            return Settle(Settlement.ROLLBACK, rolled, tx, principal) if rolled else None
         name = (frame.get("id") if version == "1.2" else frame.get("message-id")) or ""
         deliveries = tuple(self._covered(name))
-        outcome = Outcome.ACK if command == "ACK" else Outcome.NACK
+        outcome = Settlement.ACK if command == "ACK" else Settlement.NACK
         if tx is not None:
             self.transactions.setdefault(tx, []).append((outcome, deliveries))
             return None
@@ -144,7 +144,7 @@ class Consumers:
         left = tuple(self.unsettled.values())
         self.unsettled.clear()
         self.transactions.clear()
-        return Settle(Outcome.LOST, left, None, principal) if left else None
+        return Settle(Settlement.LOST, left, None, principal) if left else None
 
     def _covered(self, name: str) -> Iterator[Delivery]:
         """The deliveries one ACK or NACK settles: in ``client`` mode every earlier delivery of

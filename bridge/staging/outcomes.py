@@ -1,0 +1,119 @@
+"""What happened to a message in the staging area, as values handed to sinks.
+
+The engine (and the delay interceptor, for ``STAGED``) produce ``Outcome`` values; sinks decide
+what to make of them: ``StatsSink`` counts them for ``/metrics``, ``LogSink`` writes the log
+lines. The event journal is one more sink. A sink must be quick and must not raise: it runs on
+the engine's release path.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from structlog.typing import FilteringBoundLogger
+
+from bridge.staging.stats import StagingStats
+from policies.reasons import MQFB_EXPIRATION, Reason
+
+
+class Kind(enum.Enum):
+    STAGED = "staged"  # a delayed send was rewritten into its staged copy
+    REFUSED = "refused"  # a delayed send refused by IBM MQ's rules or by its target
+    RELEASED = "released"  # put to its target when due
+    RELEASED_NOW = "released-now"  # put to its target early, on an operator's order
+    CANCELLED = "cancelled"  # removed on an operator's order, not delivered
+    EXPIRED = "expired"  # its time to live ran out while staged (MQFB_EXPIRATION)
+    UNDELIVERABLE = "undeliverable"  # its target refused it: moved to the undeliverable queue
+    INVALID = "invalid"  # not readable as a staged copy: moved to the invalid queue
+    HOPPED = "hopped"  # moved down to its next level (``count`` of them at once)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: Kind
+    at_ms: int  # when the broker confirmed it
+    message_id: str | None = None  # the original message id
+    target: str | None = None
+    due_ms: int | None = None
+    expires_ms: int | None = None
+    reason: Reason | None = None
+    detail: str = ""
+    queue: str | None = None  # the queue it went to (staging level, undeliverable, invalid)
+    count: int = 1
+
+    @property
+    def late_ms(self) -> int | None:
+        return None if self.due_ms is None else self.at_ms - self.due_ms
+
+
+class Sink(Protocol):
+    def __call__(self, outcomes: Sequence[Outcome]) -> None: ...
+
+
+class StatsSink:
+    """Counts outcomes into the engine's shared counters (read by ``/metrics``)."""
+
+    def __init__(self, stats: StagingStats) -> None:
+        self.stats = stats
+
+    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+        stats = self.stats
+        for o in outcomes:
+            kind = o.kind
+            if kind is Kind.RELEASED:
+                stats.released += 1
+                stats.observe_lateness(o.at_ms - (o.due_ms or o.at_ms))
+            elif kind is Kind.HOPPED:
+                stats.hops += o.count
+            elif kind is Kind.RELEASED_NOW:
+                stats.released += 1  # early on purpose: not a lateness
+            elif kind is Kind.CANCELLED:
+                stats.cancelled += 1
+            elif kind is Kind.EXPIRED:
+                stats.expired += 1
+            elif kind is Kind.UNDELIVERABLE:
+                stats.undeliverable += 1
+            elif kind is Kind.INVALID:
+                stats.invalid += 1
+            elif kind is Kind.STAGED and o.queue is not None:
+                stats.on_staged(o.queue)
+
+
+class LogSink:
+    """One log line per outcome, at the level an operator wants it."""
+
+    def __init__(self, log: FilteringBoundLogger) -> None:
+        self.log = log
+
+    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+        log = self.log
+        for o in outcomes:
+            kind = o.kind
+            if kind is Kind.RELEASED:
+                log.debug("released", message_id=o.message_id, target=o.target,
+                          late_ms=o.late_ms)
+            elif kind is Kind.HOPPED:
+                log.debug("hopped", count=o.count)
+            elif kind is Kind.CANCELLED:
+                log.info("cancelled by an operator, not delivered", message_id=o.message_id,
+                         target=o.target, due_ms=o.due_ms)
+            elif kind is Kind.RELEASED_NOW:
+                log.info("released by an operator", message_id=o.message_id, target=o.target,
+                         early_ms=-(o.late_ms or 0))
+            elif kind is Kind.EXPIRED:
+                log.info("expired while staged, not delivered", message_id=o.message_id,
+                         target=o.target, reason=MQFB_EXPIRATION.name,
+                         feedback=MQFB_EXPIRATION.code, due_ms=o.due_ms,
+                         expires_ms=o.expires_ms, late_ms=o.late_ms)
+            elif kind is Kind.UNDELIVERABLE:
+                assert o.reason is not None
+                log.warning("staged message could not be put to its target, moved to the "
+                            "undeliverable queue", message_id=o.message_id, target=o.target,
+                            reason=o.reason.name, reason_code=o.reason.code,
+                            reason_text=o.detail, queue=o.queue, late_ms=o.late_ms)
+            elif kind is Kind.INVALID:
+                log.error("unreadable staged message moved", message_id=o.message_id,
+                          target=o.target, invalid_queue=o.queue, error=o.detail)
