@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __all__ = ["backoff_ms"]
 
+_UNBOUNDED = 2**53
+
 
 def backoff_ms(
     attempt: int,
@@ -29,7 +31,8 @@ def backoff_ms(
             f"backoff needs initial_ms >= 0, multiplier >= 1 and jitter in [0, 1], got "
             f"{initial_ms}, {multiplier}, {jitter}"
         )
-    cap = float("inf") if max_ms is None or max_ms < 0 else float(max_ms)
+    # Without a cap a wait stops growing at 2**53 ms (285,000 years): a float stays exact there.
+    cap = float(_UNBOUNDED) if max_ms is None or max_ms < 0 else float(max_ms)
     wait = float(initial_ms)
     for _ in range(attempt - 1):  # stepwise, so a huge attempt cannot overflow a float power
         if wait >= cap:

@@ -27,3 +27,7 @@ def test_jitter_spreads_both_ways_and_never_passes_the_cap() -> None:
 def test_bad_arguments_are_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         backoff_ms(1, **kwargs)
+
+
+def test_without_a_cap_a_huge_attempt_is_still_a_number() -> None:
+    assert backoff_ms(10**5, initial_ms=1000, multiplier=5) == 2**53
