@@ -46,6 +46,7 @@ from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED, Reason
 from policies.redelivery.destinations import resolve_move
 
 __all__ = [
+    "MAX_WAIT_MS",
     "PRESERVE_UNDELIVERED_HEADER",
     "Action",
     "Backoff",
@@ -63,6 +64,9 @@ __all__ = [
 ]
 
 PRESERVE_UNDELIVERED_HEADER = "JMS_TIBCO_PRESERVE_UNDELIVERED"
+# No redelivery waits longer than the longest delivery delay the bridge stages by default (400
+# days), whatever a policy's cap says; an uncapped exponential backoff stops growing there.
+MAX_WAIT_MS = 400 * 24 * 3600 * 1000
 
 
 # Actions: what decide() returns.
@@ -108,7 +112,8 @@ Action = Redeliver | Move | Delete | Undelivered
 class Backoff:
     """Redeliver after ``initial_ms * multiplier ** (k - 1)``, capped at ``max_ms``, spread by
     ``jitter`` (a fraction, see :func:`policies.backoff.backoff_ms`), for the k-th failure of its
-    step. ``Backoff(1000)`` is a fixed delay of one second."""
+    step; never more than :data:`MAX_WAIT_MS`. ``Backoff(1000)`` is a fixed delay of one
+    second."""
 
     initial_ms: int
     multiplier: float = 1.0
@@ -131,7 +136,7 @@ class Backoff:
             attempt,
             initial_ms=self.initial_ms,
             multiplier=self.multiplier,
-            max_ms=self.max_ms,
+            max_ms=MAX_WAIT_MS if self.max_ms is None else min(self.max_ms, MAX_WAIT_MS),
             jitter=self.jitter,
             rand=rand,
         )
