@@ -16,7 +16,8 @@ Properties, with ActiveMQ's defaults:
 
 As in ActiveMQ's consumer, with exponential back-off the first wait is ``initialRedeliveryDelay``
 and each later one the previous times the multiplier; when the initial delay is 0 the first
-redelivery is immediate and the growth starts from ``redeliveryDelay``. Two differences: the cap
+redelivery is immediate and the growth starts from ``redeliveryDelay``; a cap below
+``redeliveryDelay`` is lifted to it, as ActiveMQ does. Two differences: the cap
 also bounds the first wait and a jittered one (ActiveMQ caps before it jitters), and a jittered
 wait does not compound into the next.
 """
