@@ -2,8 +2,8 @@
 
 A pure policy: the STOMP relay and the AMQP front-end call :func:`delay_of` on every send that
 carries a delay header and get back either ``None`` (relay the message unchanged), a
-:class:`DelayedSend` (stage it until ``due_ms``), or a :class:`~policies.errors.Refused` carrying the
-MQRC reason to report. No I/O and no clock: the caller passes ``now_ms``.
+:class:`DelayedSend` (stage it until ``due_ms``), or a :class:`~policies.errors.Refused`
+carrying the MQRC reason to report. No I/O and no clock: the caller passes ``now_ms``.
 
 Checks, in this order (DESIGN.md, "Delivery delay contract"):
 
