@@ -85,8 +85,10 @@ def test_websphere_named_exception_destination_and_none() -> None:
     assert run(p, 2) == [Redeliver(0), Move("/queue/ORDERS.EXC")]
     never = policy(dialect="websphere", maxFailedDeliveries=2, exceptionDestination="none")
     assert never.limit is None and run(never, 4) == [Redeliver(0)] * 4
-    system = policy(dialect="websphere", **{"Maximum failed deliveries per message": 1,
-                                            "exceptionDestination": "$DEFAULT_EXCEPTION_DESTINATION"})
+    system = policy(dialect="websphere", **{
+        "Maximum failed deliveries per message": 1,
+        "exceptionDestination": "$DEFAULT_EXCEPTION_DESTINATION",
+    })
     assert run(system, 1) == [Undelivered()]
 
 
@@ -188,7 +190,8 @@ def test_artemis_default_cap_is_ten_times_the_delay_and_minus_one_is_for_ever() 
 
 
 def test_artemis_collision_avoidance_factor_range() -> None:
-    with pytest.raises(ConfigError, match="redelivery-collision-avoidance-factor: must be at most 1"):
+    message = "redelivery-collision-avoidance-factor: must be at most 1"
+    with pytest.raises(ConfigError, match=message):
         policy(dialect="artemis", **{"redelivery-collision-avoidance-factor": 1.5})
 
 
@@ -208,7 +211,8 @@ def test_jmsjca_as_a_mapping() -> None:
     ({"dialect": "weblogic", "redelivery-limit": True}, "got the boolean true"),
     ({"dialect": "weblogic", "redelivery-limit": -2}, "at least -1"),
     ({"dialect": "weblogic", "redelivery-limit": 1, "RedeliveryLimit": 2}, "are the same setting"),
-    ({"dialect": "weblogic", "redelivery-limits": 1}, "unknown weblogic setting 'redelivery-limits'"),
+    ({"dialect": "weblogic", "redelivery-limits": 1},
+     "unknown weblogic setting 'redelivery-limits'"),
     ({"dialect": "weblogic", "error-destination": "jms/Errors"}, "error-destination: destination"),
     ({"dialect": "activemq", "useExponentialBackOff": "yes"}, "must be true or false"),
     ({"dialect": "activemq", "backOffMultiplier": 0.5}, "backOffMultiplier: must be at least 1"),

@@ -51,7 +51,8 @@ def test_terminal_actions_carry_the_backout_reason() -> None:
 def test_a_message_that_asks_to_be_preserved_goes_to_the_undelivered_queue(text: str) -> None:
     policy = parse_jmsjca(text)
     assert decide(policy, 3, "/queue/a", PRESERVE, 0.5) == Undelivered()
-    assert decide(policy, 3, "/queue/a", {PRESERVE_UNDELIVERED_HEADER: "TRUE"}, 0.5) == Undelivered()
+    upper = {PRESERVE_UNDELIVERED_HEADER: "TRUE"}
+    assert decide(policy, 3, "/queue/a", upper, 0.5) == Undelivered()
 
 
 def test_the_preserve_property_changes_nothing_before_the_limit() -> None:
