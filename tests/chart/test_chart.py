@@ -16,7 +16,7 @@ import yaml
 from kubernetes_validate import utils as kv
 from referencing import Registry, Resource
 
-from bridge.config import SETTING_NAMES, parse_url, resolve
+from bridge.app.config import SETTING_NAMES, parse_url, resolve
 from tests.chart.tools import (
     CHART,
     CI_VALUES,
