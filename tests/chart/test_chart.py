@@ -322,3 +322,23 @@ def test_notes_tell_how_to_point_an_application_at_the_bridge(tmp_path: Path) ->
     assert "kubectl port-forward --namespace messaging service/t-jms-bridge" in notes
     sidecar = render_notes(tmp_path / "sidecar", "mode=sidecar")
     assert "Sidecar mode" in sidecar and "t-jms-bridge-config" in sidecar
+
+
+def test_readme_sidecar_values_name_what_the_chart_makes() -> None:
+    readme = (CHART.parents[1] / "README.md").read_text()
+    block = readme.split("# rabbitmq-values.yaml\n", 1)[1].split("```", 1)[0]
+    values = yaml.safe_load(block)
+    manifests = template(sets=("mode=sidecar", "upstream.host=127.0.0.1", "auth.username=bridge",
+                               "auth.password=s3cret"), release="rabbitmq-bridge")
+    secret, config = by_kind(manifests, "Secret"), by_kind(manifests, "ConfigMap")
+    (sidecar,) = values["sidecars"]
+    ref = sidecar["env"][0]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (secret["metadata"]["name"], "upstream-stomp")
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    assert volumes["jms-bridge-config"]["configMap"]["name"] == config["metadata"]["name"]
+    stomp_url = base64.b64decode(secret["data"]["upstream-stomp"]).decode()
+    assert stomp_url == "stomp://bridge:s3cret@127.0.0.1:61613"
+    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    listen = rendered_config(manifests)
+    assert listen["stomp-listen"].endswith(f":{ports['bridge-stomp']}")
+    assert listen["admin-listen"].endswith(f":{ports['bridge-admin']}")
