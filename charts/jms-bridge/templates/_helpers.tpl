@@ -1,0 +1,189 @@
+{{/* Names */}}
+{{- define "jms-bridge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "jms-bridge.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "jms-bridge.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels */}}
+{{- define "jms-bridge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "jms-bridge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "jms-bridge.labels" -}}
+{{ include "jms-bridge.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: bridge
+helm.sh/chart: {{ include "jms-bridge.chart" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The image reference: registry/repository:tag, or @digest */}}
+{{- define "jms-bridge.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- if .Values.image.registry -}}
+{{- $repo = printf "%s/%s" .Values.image.registry .Values.image.repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "jms-bridge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "jms-bridge.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "jms-bridge.configMapName" -}}
+{{- printf "%s-config" (include "jms-bridge.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Credentials: "true" when the upstream URLs come from a Secret (yours or the chart's) */}}
+{{- define "jms-bridge.createSecret" -}}
+{{- if and (not .Values.auth.existingSecret) (or .Values.auth.username .Values.auth.password) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "jms-bridge.secretName" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- .Values.auth.existingSecret -}}
+{{- else if include "jms-bridge.createSecret" . -}}
+{{- printf "%s-upstream" (include "jms-bridge.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* USER:PASS@, percent-encoded as a URL's userinfo ("" without credentials).
+urlquery encodes a space as "+" and a "+" as "%2B", so every "+" left is a space. */}}
+{{- define "jms-bridge.userinfo" -}}
+{{- if or .Values.auth.username .Values.auth.password -}}
+{{- printf "%s:%s@" (urlquery .Values.auth.username | replace "+" "%20") (urlquery .Values.auth.password | replace "+" "%20") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The upstream URLs; the "secret" ones carry the credentials. */}}
+{{- define "jms-bridge.upstreamStomp" -}}
+{{- printf "stomp://%s%s:%d" .userinfo .Values.upstream.host (int .Values.upstream.stompPort) -}}
+{{- end -}}
+{{- define "jms-bridge.upstreamAmqp" -}}
+{{- $vhost := urlquery .Values.upstream.amqp.vhost | replace "+" "%20" -}}
+{{- printf "amqp://%s%s:%d/%s" .userinfo .Values.upstream.host (int .Values.upstream.amqp.port) $vhost -}}
+{{- end -}}
+{{- define "jms-bridge.upstreamManagement" -}}
+{{- printf "http://%s%s:%d" .userinfo .Values.upstream.host (int .Values.upstream.management.port) -}}
+{{- end -}}
+
+{{/* config.yaml: the bridge's own setting names. Everything here must be a setting the bridge
+in the image accepts: it rejects a config file with an unknown key. */}}
+{{- define "jms-bridge.config" -}}
+{{- $b := .Values.bridge -}}
+{{- $plain := dict "Values" .Values "userinfo" "" -}}
+{{- $c := dict
+  "broker" $b.broker
+  "upstream-stomp" (include "jms-bridge.upstreamStomp" $plain)
+  "stomp-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.stomp))
+  "admin-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.admin))
+  "log-format" $b.logFormat
+  "log-level" $b.logLevel
+  "staging-engine" $b.stagingEngine
+  "staging-prefix" $b.stagingPrefix
+  "staging-level-prefetch" (int $b.stagingLevelPrefetch)
+  "delay-headers" $b.delayHeaders
+  "delivery-time-headers" $b.deliveryTimeHeaders
+  "delay-disabled" $b.delayDisabled
+-}}
+{{- if .Values.upstream.amqp.enabled -}}
+{{- $_ := set $c "upstream-amqp" (include "jms-bridge.upstreamAmqp" $plain) -}}
+{{- end -}}
+{{- if .Values.upstream.management.enabled -}}
+{{- $_ := set $c "upstream-management" (include "jms-bridge.upstreamManagement" $plain) -}}
+{{- end -}}
+{{- with $b.redelivery }}{{ $_ := set $c "redelivery" . }}{{ end -}}
+{{- with $b.messageRetry }}{{ $_ := set $c "message-retry" . }}{{ end -}}
+{{- with $b.journal }}{{ $_ := set $c "journal" . }}{{ end -}}
+{{- if $b.amqpListen -}}
+{{- $_ := set $c "amqp-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.amqp)) -}}
+{{- end -}}
+{{- $c = mergeOverwrite $c (deepCopy .Values.extraConfig) -}}
+{{- toYaml $c -}}
+{{- end -}}
+
+{{/* Environment variables of the bridge container: the upstream URLs from the Secret, then extraEnv */}}
+{{- define "jms-bridge.env" -}}
+{{- $secret := include "jms-bridge.secretName" . -}}
+{{- if $secret }}
+- name: JMS_BRIDGE_UPSTREAM_STOMP
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.auth.secretKeys.upstreamStomp }}
+{{- if or .Values.auth.existingSecret .Values.upstream.amqp.enabled }}
+- name: JMS_BRIDGE_UPSTREAM_AMQP
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.auth.secretKeys.upstreamAmqp }}
+      optional: true
+{{- end }}
+{{- if or .Values.auth.existingSecret .Values.upstream.management.enabled }}
+- name: JMS_BRIDGE_UPSTREAM_MANAGEMENT
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.auth.secretKeys.upstreamManagement }}
+      optional: true
+{{- end }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The probes: an HTTP GET on the admin port */}}
+{{- define "jms-bridge.probe" -}}
+{{- $probe := omit .probe "enabled" -}}
+httpGet:
+  path: {{ .path }}
+  port: admin
+{{ toYaml $probe }}
+{{- end -}}
+
+{{/* Checks no schema can make: values that contradict each other */}}
+{{- define "jms-bridge.validate" -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.service.adminPortEnabled) -}}
+{{- fail "metrics.serviceMonitor.enabled needs service.adminPortEnabled: the ServiceMonitor scrapes the Service's admin port" -}}
+{{- end -}}
+{{- if and (ne .Values.bridge.broker "rabbitmq") (or .Values.upstream.amqp.enabled .Values.upstream.management.enabled) -}}
+{{- fail "upstream.amqp.enabled and upstream.management.enabled are for bridge.broker rabbitmq only" -}}
+{{- end -}}
+{{- if and .Values.pdb.create (ne (toString .Values.pdb.minAvailable) "") (ne (toString .Values.pdb.maxUnavailable) "") -}}
+{{- fail "pdb: set one of pdb.minAvailable and pdb.maxUnavailable, not both" -}}
+{{- end -}}
+{{- if eq (int .Values.containerPorts.stomp) (int .Values.containerPorts.admin) -}}
+{{- fail "containerPorts.stomp and containerPorts.admin must differ" -}}
+{{- end -}}
+{{- end -}}

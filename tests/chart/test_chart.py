@@ -1,0 +1,344 @@
+"""The Helm chart, with Helm's own CLI: it lints, renders, and each manifest it renders is valid
+against the Kubernetes API schemas; wrong values fail with the schema's message; the
+config.yaml it renders is one the bridge accepts."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate import utils as kv
+from referencing import Registry, Resource
+
+from bridge.app.config import SETTING_NAMES, parse_url, resolve
+from tests.chart.tools import (
+    CHART,
+    CI_VALUES,
+    EVERY_OPTION,
+    by_kind,
+    helm,
+    rendered_config,
+    template,
+)
+
+HERE = Path(__file__).parent
+FUTURE = HERE / "future-settings-values.yaml"
+# The oldest and the newest Kubernetes whose schemas kubernetes-validate carries.
+K8S_VERSIONS = sorted({kv.all_versions()[0], kv.latest_version()})
+VALUE_SETS = [pytest.param((), id="defaults")] + [
+    pytest.param((p,), id=p.name) for p in CI_VALUES
+]
+
+
+# The Secret a user of ci/existing-secret-values.yaml made beforehand.
+USERS_SECRETS = {"activemq-bridge-credentials": {"data": {
+    "stomp-url": base64.b64encode(b"stomp://bridge:s3cret@activemq:61613").decode()}}}
+
+
+def secret_env(manifests: list[dict[str, Any]], deployment: dict[str, Any]) -> dict[str, str]:
+    """The environment the bridge container gets, as the kubelet fills it in from the Secret."""
+    secrets = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Secret"}
+    secrets = {**USERS_SECRETS, **secrets}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        ref = var["valueFrom"]["secretKeyRef"]
+        data = secrets[ref["name"]]["data"]
+        if ref["key"] in data:
+            env[var["name"]] = base64.b64decode(data[ref["key"]]).decode()
+        else:
+            assert ref.get("optional"), f"{var['name']}: key {ref['key']} is not in the Secret"
+    return env
+
+
+def validate_object_meta(meta: dict[str, Any], version: str) -> None:
+    """A custom resource's metadata against Kubernetes' own ObjectMeta schema."""
+    schema_dir = f"kubernetes-json-schema/v{version}-local-strict"
+    schema = kv.schema_contents(f"{schema_dir}/objectmeta-meta-v1.json", version)
+    defs = kv.schema_contents(f"{schema_dir}/_definitions.json", version)
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(schema) @ Registry())
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(meta)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_lint(values: tuple[Path, ...]) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for v in values:
+        args += ["-f", str(v)]
+    done = helm(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_manifests_valid_against_kubernetes_schemas(values: tuple[Path, ...], version: str) -> None:
+    manifests = template(*values)
+    assert manifests
+    for m in manifests:
+        if m["apiVersion"].startswith("monitoring.coreos.com/"):
+            # Prometheus Operator's CRD is not among Kubernetes' schemas: its metadata is checked
+            # against ObjectMeta here, its spec by test_service_monitor_scrapes_the_admin_port.
+            validate_object_meta(m["metadata"], version)
+            continue
+        try:
+            kubernetes_validate.validate(m, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{m['kind']} {m['metadata']['name']} (Kubernetes {version}): {exc.message}"
+                        f" at {'.'.join(map(str, exc.path))}")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_rendered_config_is_accepted_by_the_bridge(
+    values: tuple[Path, ...], tmp_path: Path
+) -> None:
+    manifests = template(*values)
+    config = rendered_config(manifests)
+    assert set(config) <= set(SETTING_NAMES)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env: dict[str, str] = {}
+    if any(m["kind"] == "Deployment" for m in manifests):
+        env = secret_env(manifests, by_kind(manifests, "Deployment"))
+    env = {k: v for k, v in env.items() if k.startswith("JMS_BRIDGE_")}
+    settings = resolve({}, config_file=str(path), environ=env)
+    assert settings.stomp_listen.host == "0.0.0.0"
+    assert settings.admin_listen.host == "0.0.0.0"
+
+
+def test_every_option_config_has_every_setting_of_todays_bridge() -> None:
+    config = rendered_config(template(EVERY_OPTION))
+    assert set(config) == set(SETTING_NAMES)
+
+
+def test_the_validator_rejects_what_kubernetes_would() -> None:
+    deployment = by_kind(template(), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "stomp"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSIONS[-1], strict=True)
+    deployment = by_kind(template(), "Deployment")
+    deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonroot"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSIONS[-1], strict=True)
+
+
+def test_credentials_reach_the_bridge_percent_encoded() -> None:
+    password = "p@ss:w/rd +%?#"
+    manifests = template(EVERY_OPTION, sets=(
+        "auth.username=bridge user", f"auth.password={password}", "upstream.amqp.vhost=prod/eu",
+    ))
+    env = secret_env(manifests, by_kind(manifests, "Deployment"))
+    stomp = parse_url(env["JMS_BRIDGE_UPSTREAM_STOMP"], "stomp", "stomp")
+    amqp = parse_url(env["JMS_BRIDGE_UPSTREAM_AMQP"], "amqp", "amqp", vhost=True)
+    management = parse_url(env["JMS_BRIDGE_UPSTREAM_MANAGEMENT"], "management", "http")
+    for endpoint in (stomp, amqp, management):
+        assert (endpoint.user, endpoint.password) == ("bridge user", password)
+        assert endpoint.host == "rabbitmq.messaging.svc.cluster.local"
+    assert amqp.vhost == "prod/eu"
+    # and none of it in the ConfigMap
+    assert password not in by_kind(manifests, "ConfigMap")["data"]["config.yaml"]
+
+
+def test_existing_secret_is_used_and_no_secret_is_made() -> None:
+    manifests = template(CHART / "ci" / "existing-secret-values.yaml")
+    assert not [m for m in manifests if m["kind"] == "Secret"]
+    env = by_kind(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env}
+    assert refs["JMS_BRIDGE_UPSTREAM_STOMP"] == {
+        "name": "activemq-bridge-credentials", "key": "stomp-url"}
+    assert refs["JMS_BRIDGE_UPSTREAM_AMQP"]["optional"] is True
+
+
+def test_deployment_rolls_safely_and_runs_restricted() -> None:
+    manifests = template()
+    deployment = by_kind(manifests, "Deployment")
+    spec = deployment["spec"]
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["runAsUser"] == 10001
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert volumes[mounts["/etc/jms-bridge"]]["configMap"]["name"] == (
+        by_kind(manifests, "ConfigMap")["metadata"]["name"])
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"stomp": 61633, "admin": 9613}
+    assert rendered_config(manifests)["admin-listen"] == "0.0.0.0:9613"
+    annotations = spec["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9613"
+    assert "resources" in container and container["resources"]["requests"]
+
+
+def test_config_change_rolls_the_pods() -> None:
+    def checksum(*sets: str) -> str:
+        deployment = by_kind(template(sets=sets), "Deployment")
+        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    assert checksum() == checksum()
+    assert checksum() != checksum("bridge.logLevel=debug")
+    assert checksum() != checksum("extraConfig.delay-disabled=orders.*")
+
+
+def test_service_ports_each_on_or_off() -> None:
+    def ports(*sets: str) -> dict[str, int]:
+        service = by_kind(template(sets=sets), "Service")
+        return {p["name"]: p["port"] for p in service["spec"]["ports"]}
+
+    assert ports() == {"stomp": 61633, "admin": 9613}
+    assert ports("service.amqpPortEnabled=true") == {"stomp": 61633, "amqp": 5673, "admin": 9613}
+    assert ports("service.adminPortEnabled=false", "service.ports.stomp=1234") == {"stomp": 1234}
+
+
+def test_service_monitor_scrapes_the_admin_port() -> None:
+    manifests = template(EVERY_OPTION)
+    monitor = by_kind(manifests, "ServiceMonitor")
+    service = by_kind(manifests, "Service")
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["messaging"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["interval"] == "30s"
+
+
+def test_autoscaler_owns_the_replica_count() -> None:
+    manifests = template(EVERY_OPTION)
+    hpa = by_kind(manifests, "HorizontalPodAutoscaler")
+    deployment = by_kind(manifests, "Deployment")
+    assert "replicas" not in deployment["spec"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert by_kind(manifests, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
+
+
+def test_sidecar_mode_renders_only_config_and_secret() -> None:
+    manifests = template(CHART / "ci" / "sidecar-values.yaml")
+    assert sorted(m["kind"] for m in manifests) == ["ConfigMap", "Secret"]
+
+
+def test_settings_still_to_land_have_a_place_in_values() -> None:
+    config = rendered_config(template(FUTURE))
+    assert config["redelivery"] == {
+        "orders.*": "5:1000; 10:5000; 50:move(queue:dlq$error)",
+        "payments.>": {"dialect": "weblogic", "redelivery-delay": 2000,
+                       "redelivery-limit": 5, "error-destination": "payments.dlq"},
+    }
+    assert config["message-retry"] == {"attempts": 3}
+    assert config["journal"] == {"directory": "/var/lib/jms-bridge/journal"}
+    assert config["amqp-listen"] == "0.0.0.0:5673"
+    assert config["log-level"] == "warning"  # extraConfig is merged last
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("service.ports.stomp=not-a-port",),
+         "service.ports.stomp: Invalid type. Expected: integer, given: string"),
+        (("bridge.broker=ibmmq",),
+         'bridge.broker: bridge.broker must be one of the following: "rabbitmq", "activemq"'),
+        (("containerPorts.admin=70000",),
+         "containerPorts.admin: Must be less than or equal to 65535"),
+        (("bridge.stagingLevelPrefetch=0",),
+         "bridge.stagingLevelPrefetch: Must be greater than or equal to 1"),
+        (("bridge.logLevl=debug",), "bridge: Additional property logLevl is not allowed"),
+        (("mode=daemonset",), "mode: mode must be one of the following"),
+        (("upstream.host=stomp://rabbitmq:61613",), "upstream.host: Does not match pattern"),
+    ],
+    ids=["port-string", "unknown-broker", "port-range", "prefetch", "typo", "mode", "host-url"],
+)
+def test_bad_values_fail_with_the_schemas_message(sets: tuple[str, ...], message: str) -> None:
+    args = ["template", "t", str(CHART)]
+    for s in sets:
+        args += ["--set-string" if "not-a-port" in s else "--set", s]
+    done = helm(*args)
+    assert done.returncode != 0
+    assert "values don't meet the specifications of the schema" in done.stderr
+    assert message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("metrics.serviceMonitor.enabled=true", "service.adminPortEnabled=false"),
+         "metrics.serviceMonitor.enabled needs service.adminPortEnabled"),
+        (("bridge.broker=activemq", "upstream.management.enabled=true"),
+         "are for bridge.broker rabbitmq only"),
+        (("pdb.minAvailable=1",), "set one of pdb.minAvailable and pdb.maxUnavailable"),
+    ],
+    ids=["monitor-without-admin", "activemq-management", "pdb-both"],
+)
+def test_contradicting_values_fail_with_a_message(sets: tuple[str, ...], message: str) -> None:
+    args = ["template", "t", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    done = helm(*args)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+def render_notes(chart_copy: Path, *sets: str) -> str:
+    """NOTES.txt as `helm install` prints it. `helm template` leaves NOTES.txt out and
+    `helm install --dry-run` needs a cluster, so a copy of the chart renders it into a ConfigMap
+    with Helm's own `tpl`."""
+    shutil.copytree(CHART, chart_copy)
+    (chart_copy / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart_copy / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        "data:\n  notes: {{ tpl (.Files.Get \"notes.txt\") . | toJson }}\n"
+    )
+    args = ["template", "t", str(chart_copy), "--namespace", "messaging",
+            "--show-only", "templates/zz-notes.yaml"]
+    for s in sets:
+        args += ["--set", s]
+    done = helm(*args)
+    assert done.returncode == 0, done.stderr
+    return str(yaml.safe_load(done.stdout)["data"]["notes"])
+
+
+def test_notes_tell_how_to_point_an_application_at_the_bridge(tmp_path: Path) -> None:
+    notes = render_notes(tmp_path / "standalone")
+    assert "stomp://t-jms-bridge.messaging.svc:61633 in place of stomp://rabbitmq:61613" in notes
+    assert "kubectl port-forward --namespace messaging service/t-jms-bridge" in notes
+    sidecar = render_notes(tmp_path / "sidecar", "mode=sidecar")
+    assert "Sidecar mode" in sidecar and "t-jms-bridge-config" in sidecar
+
+
+def test_readme_sidecar_values_name_what_the_chart_makes() -> None:
+    readme = (CHART.parents[1] / "README.md").read_text()
+    block = readme.split("# rabbitmq-values.yaml\n", 1)[1].split("```", 1)[0]
+    values = yaml.safe_load(block)
+    manifests = template(sets=("mode=sidecar", "upstream.host=127.0.0.1", "auth.username=bridge",
+                               "auth.password=s3cret"), release="rabbitmq-bridge")
+    secret, config = by_kind(manifests, "Secret"), by_kind(manifests, "ConfigMap")
+    (sidecar,) = values["sidecars"]
+    ref = sidecar["env"][0]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (secret["metadata"]["name"], "upstream-stomp")
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    assert volumes["jms-bridge-config"]["configMap"]["name"] == config["metadata"]["name"]
+    stomp_url = base64.b64decode(secret["data"]["upstream-stomp"]).decode()
+    assert stomp_url == "stomp://bridge:s3cret@127.0.0.1:61613"
+    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    listen = rendered_config(manifests)
+    assert listen["stomp-listen"].endswith(f":{ports['bridge-stomp']}")
+    assert listen["admin-listen"].endswith(f":{ports['bridge-admin']}")
