@@ -15,11 +15,13 @@ from aiohttp import web
 
 from adapters.base import StagingBroker
 from bridge.app.metrics import Metrics
+from bridge.app.policies import policy_report
 from bridge.staging import tools
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError
+from policies.redelivery import PolicyTable
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -46,6 +48,7 @@ class Admin:
         staging: Callable[[], StagingBroker] | None = None,
         layout: Layout | None = None,
         staging_stats: StagingStats | None = None,
+        redelivery: PolicyTable | None = None,
     ) -> None:
         self.metrics = metrics
         self.broker = broker
@@ -53,6 +56,7 @@ class Admin:
         self.staging = staging
         self.layout = layout or Layout()
         self.staging_stats = staging_stats
+        self.redelivery = redelivery if redelivery is not None else PolicyTable()
         self.started = time.time()
         self.app = web.Application()
         self.app.add_routes(
@@ -61,11 +65,25 @@ class Admin:
                 web.get("/readyz", self.readyz),
                 web.get("/metrics", self.prometheus),
                 web.get("/staged", self.staged_list),
+                web.get("/policy", self.policy),
                 web.post("/staged/{message_id}/cancel", self.staged_cancel),
                 web.post("/staged/{message_id}/release", self.staged_release),
             ]
         )
         self._runner: web.AppRunner | None = None
+
+    async def policy(self, request: web.Request) -> web.Response:
+        """``GET /policy?destination=D[&user=U][&upto=N]``: what ``jms-bridge policy show``
+        prints, as JSON."""
+        destination = request.query.get("destination")
+        upto = request.query.get("upto")
+        if not destination:
+            return web.json_response({"error": "destination is required"}, status=400)
+        if upto is not None and not (upto.isdigit() and 1 <= int(upto) <= 1000):
+            return web.json_response({"error": "upto: expected 1 to 1000"}, status=400)
+        report = policy_report(self.redelivery, destination, user=request.query.get("user"),
+                               upto=int(upto) if upto else None)
+        return web.json_response(report)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "uptime_s": round(time.time() - self.started, 1)})

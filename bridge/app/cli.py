@@ -15,7 +15,7 @@ from typing import NoReturn
 from bridge import __version__
 from bridge.app import logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
-from policies.errors import BridgeError
+from policies.errors import BridgeError, ConfigError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -69,7 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
         p = actions.add_parser(name, help=f"find a staged message by its original id and {what}")
         _connection_flags(p)
         p.add_argument("message_id", metavar="ID")
+    policy = commands.add_parser("policy", help="which redelivery policy applies, and what it does")
+    policy_actions = policy.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    show = policy_actions.add_parser(
+        "show", help="the policy for a destination and its action for each failed delivery")
+    show.add_argument("--config", metavar="FILE", help="YAML file of settings (flag names as keys)")
+    show.add_argument("destination", metavar="DEST", help="a destination: /queue/orders.eu")
+    show.add_argument("--user", metavar="USER", help="as this user's own policies see it")
+    show.add_argument("--upto", metavar="N", type=int, default=None,
+                      help="show failures 1..N (default: until the policy settles)")
+    show.add_argument("--json", action="store_true", help="JSON instead of text")
     return parser
+
+
+def _policy(ns: argparse.Namespace, settings: Settings) -> int:
+    """``jms-bridge policy show``: what a configuration does before anyone relies on it."""
+    from bridge.app.policies import policy_report, render_policy
+
+    if ns.upto is not None and not 1 <= ns.upto <= 1000:
+        raise ConfigError(f"--upto: expected 1 to 1000, got {ns.upto}")
+    report = policy_report(settings.redelivery, ns.destination, user=ns.user, upto=ns.upto)
+    print(render_policy(report, as_json=ns.json))
+    return 0
 
 
 EXIT_NOT_FOUND = 3
@@ -106,7 +127,8 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
 
 
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
-    skip = {"command", "config", "action", "target", "message_id", "json"}
+    skip = {"command", "config", "action", "target", "message_id", "json", "destination", "user",
+            "upto"}
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 
 
@@ -120,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             asyncio.run(serve(settings))
             return 0
+        if ns.command == "policy":
+            return _policy(ns, settings)
         return _staged(ns, settings)
     except BridgeError as exc:
         print(f"jms-bridge: {exc}", file=sys.stderr)

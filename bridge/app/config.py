@@ -19,6 +19,7 @@ import yaml
 
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
+from policies.redelivery import PolicyTable, compile_table
 
 ENV_PREFIX = "JMS_BRIDGE_"
 BROKERS = ("rabbitmq", "activemq")
@@ -44,6 +45,9 @@ class Settings:
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at
     # most about (levels streamed x this + 5,000 ready) x message size.
     staging_level_prefetch: int = 1000
+    # Redelivery policies by destination pattern (and per user): the YAML file's ``redelivery``
+    # mapping, or the same as YAML text in JMS_BRIDGE_REDELIVERY. Empty: JMSJCA's default.
+    redelivery: PolicyTable = field(default_factory=PolicyTable)
 
 
 def _flag(name: str) -> str:
@@ -136,6 +140,13 @@ def _convert(name: str, value: Any, source: str) -> Any:
         if not v or "/" in v:
             raise ConfigError(f"{what}: expected a queue name prefix without '/', got {value!r}")
         return v
+    if name == "redelivery":
+        if isinstance(value, str):  # from the environment: YAML text
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{what}: not YAML: {exc}") from None
+        return compile_table(value, source=source)
     raise ConfigError(f"unknown setting {name!r} (from {source})")
 
 

@@ -113,6 +113,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging=lambda: staging_broker(settings),
         layout=layout,
         staging_stats=staging,
+        redelivery=settings.redelivery,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))

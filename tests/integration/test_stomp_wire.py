@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -120,6 +121,10 @@ def test_sigterm_shuts_down_cleanly(broker: Broker, tmp_path: Path, queue: str) 
 
 def test_admin_endpoints(bridge: BridgeProcess, broker: Broker) -> None:
     assert bridge.http("/healthz")[0] == 200
+    status, body = bridge.http("/policy?destination=/queue/orders&upto=4")
+    assert status == 200 and json.loads(body)["policy"] == "3:25; 5:50; 10:100; 20:1000; 50:5000"
+    assert json.loads(body)["failures"][0] == {"first": 1, "last": 3, "action": "redeliver at once"}
+    assert bridge.http("/policy")[0] == 400
     status, body = bridge.http("/readyz")
     assert status == 200 and '"ready"' in body
     peer = RawPeer(bridge.stomp_port)
