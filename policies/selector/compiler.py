@@ -18,7 +18,9 @@ only when the whole selector gives True. The rules, with where they come from:
   ActiveMQ's);
 - arithmetic follows Java's promotion: int, long (both wrap around) or double, with ``/`` always
   a double division (ActiveMQ's; Java would truncate two ints). Arithmetic on a string or a
-  boolean gives a value that compares FALSE with anything (ActiveMQ concatenates or throws);
+  boolean is NULL: a string cannot be used in arithmetic (JMS 2.0 3.8.1.2), and ActiveMQ selects
+  nothing there either (it gives NULL for a negated string and throws for - * /; only its
+  ``+`` concatenates strings);
 - a string or number used as a condition is FALSE (ActiveMQ's boolean cast).
 """
 
@@ -176,10 +178,8 @@ class _Compiler:
     def _negate(self, node: Negate) -> _Value:
         operand = self.expr(node.operand)
         fn, type_ = operand.fn, operand.type
-        if type_ is Type.NULL:
-            return _constant(None, Type.NULL)
         if type_ not in NUMERIC:
-            return _folded(lambda h: None if fn(h) is None else FAILED, Type.MISMATCH, operand)
+            return _constant(None, Type.NULL)
         wraps: dict[Type, Callable[[Any], Any]] = {
             Type.INT: wrap_int, Type.LONG: wrap_long, Type.DOUBLE: operator.neg
         }
@@ -196,12 +196,8 @@ class _Compiler:
         left, right = self.expr(node.left), self.expr(node.right)
         lf, rf = left.fn, right.fn
         types = {left.type, right.type}
-        if Type.NULL in types:
+        if not types <= NUMERIC:  # NULL, or a string or boolean in arithmetic
             return _constant(None, Type.NULL)
-        if not types <= NUMERIC:
-            def mismatch(h: Headers) -> Any:
-                return None if lf(h) is None or rf(h) is None else FAILED
-            return _folded(mismatch, Type.MISMATCH, left, right)
         op = node.op
         combine: Callable[[Any, Any], Any]
         if op == "/":
@@ -328,8 +324,8 @@ class _Compiler:
         fn, negated = operand.fn, node.negated
         if operand.type is Type.NULL:
             return _constant(None, Type.BOOLEAN)
-        if operand.type is not Type.STRING:
-            return _folded(lambda h: None if fn(h) is None else False, Type.BOOLEAN, operand)
+        if operand.type is not Type.STRING:  # LIKE is FALSE, so NOT LIKE is TRUE
+            return _folded(lambda h: None if fn(h) is None else negated, Type.BOOLEAN, operand)
         match = like_matcher(node.pattern, node.escape)
 
         def like(h: Headers) -> Any:

@@ -8,8 +8,9 @@ ActiveMQ's own lexer takes ASCII only). Numbers, longest match first as JavaCC d
     octal    0[0-7]*                 so a lone 0 is octal, and 08 is two tokens
     float    1.5  1.  .5  1e3  1.5E-2  (no f/d suffix, no hex floats)
 
-Without a suffix an integer is an int when it fits in 32 bits and a long otherwise; past 64 bits
-it is an error (the JMS spec supports the range of long). Strings are quoted with ``'``, and
+An integer is an int when it fits in 32 bits and a long otherwise, with or without the L suffix
+(ActiveMQ's typing: Java would make 2147483647L + 1 a long); past 64 bits it is an error (the
+JMS spec supports the range of long). Strings are quoted with ``'``, and
 ``''`` inside one stands for a quote. Whitespace is space, tab, CR, LF and form feed. ActiveMQ's
 SQL comments (``--`` to end of line, ``/* */``) are not JMS and are not taken.
 """
@@ -38,7 +39,7 @@ class Kind(Enum):
     IDENTIFIER = "identifier"
     KEYWORD = "keyword"  # text upper-cased
     STRING = "string"  # value decoded
-    INTEGER = "integer"  # value an int; ``long`` says whether it had the L suffix
+    INTEGER = "integer"  # value an int
     FLOAT = "float"
     SYMBOL = "symbol"  # = <> < <= > >= + - * / ( ) ,
     END = "end"
@@ -50,7 +51,6 @@ class Token:
     text: str  # as written (keywords upper-cased)
     offset: int  # 0-based, into the selector
     value: str | int | float | None = None
-    long: bool = False
 
 
 _WHITESPACE = " \t\r\n\f"
@@ -161,9 +161,8 @@ def _number(selector: str, start: int) -> Token:
             best, form = m.group(), name
     if form == "float":
         return Token(Kind.FLOAT, best, start, float(best))
-    long = best[-1] in "lL"
     digits = best.rstrip("lL")
     value = int(digits[2:], 16) if form == "hex" else int(digits, 8 if form == "octal" else 10)
     if value > LONG_MAX + 1 or value == LONG_MAX + 1 and form != "decimal":
         raise InvalidSelector(selector, start + 1, f"number out of range of long: {best}")
-    return Token(Kind.INTEGER, best, start, value, long)
+    return Token(Kind.INTEGER, best, start, value)

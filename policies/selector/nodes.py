@@ -20,7 +20,7 @@ __all__ = [
 
 
 class Type(Enum):
-    """A value's JMS type. MISMATCH is what arithmetic on a non-number gives (never a literal)."""
+    """A value's JMS type."""
 
     STRING = "string"
     BOOLEAN = "boolean"
@@ -28,7 +28,6 @@ class Type(Enum):
     LONG = "long"
     DOUBLE = "double"
     NULL = "null"
-    MISMATCH = "mismatch"
 
 
 NUMERIC = frozenset({Type.INT, Type.LONG, Type.DOUBLE})

@@ -325,8 +325,7 @@ class _Parser:
             return Literal(value, Type.DOUBLE, column)
         if value > LONG_MAX:
             raise self.fail(token, f"number out of range of long: {token.text}")
-        small = INT_MIN <= value <= INT_MAX and not token.long
-        return Literal(value, Type.INT if small else Type.LONG, column)
+        return Literal(value, Type.INT if INT_MIN <= value <= INT_MAX else Type.LONG, column)
 
 
 def _check_height(selector: str, tree: Node) -> None:
