@@ -137,31 +137,30 @@ class _Parser:
 
     # -- type checks that need no message ----------------------------------------------------
 
-    def need(self, node: Node, allowed: tuple[str, ...], token: Token, role: str) -> None:
+    def need(self, node: Node, allowed: tuple[str, ...], role: str) -> None:
         shape = _shape(node)
-        if shape not in allowed:
-            raise self.fail(token, f"{role}, not {_SHAPE_WORDS[shape]}")
+        if shape not in allowed:  # the column of the operand at fault, not of the operator
+            raise InvalidSelector(self.selector, node.column, f"{role}, not {_SHAPE_WORDS[shape]}")
 
-    def condition(self, node: Node, token: Token) -> Node:
-        self.need(node, ("bool", "ident", "null"), token, "expected a condition")
+    def condition(self, node: Node) -> Node:
+        self.need(node, ("bool", "ident", "null"), "expected a condition")
         return node
 
     # -- grammar ---------------------------------------------------------------------------
 
     def parse(self) -> Node:
-        first = self.token
-        node = self.condition(self.or_(), first)
+        node = self.or_()
         if self.token.kind is not Kind.END:
             raise self.fail(self.token)
-        return node
+        return self.condition(node)
 
     def or_(self) -> Node:
         first = self.token
         operands = [self.and_()]
         while self.is_keyword("OR"):
-            self.condition(operands[0], first)
-            token = self.take()
-            operands.append(self.condition(self.and_(), token))
+            self.condition(operands[0])
+            self.take()
+            operands.append(self.condition(self.and_()))
         if len(operands) == 1:
             return operands[0]
         return Or(tuple(operands), first.offset + 1)
@@ -170,9 +169,9 @@ class _Parser:
         first = self.token
         operands = [self.not_()]
         while self.is_keyword("AND"):
-            self.condition(operands[0], first)
-            token = self.take()
-            operands.append(self.condition(self.not_(), token))
+            self.condition(operands[0])
+            self.take()
+            operands.append(self.condition(self.not_()))
         if len(operands) == 1:
             return operands[0]
         return And(tuple(operands), first.offset + 1)
@@ -182,7 +181,7 @@ class _Parser:
             return self.predicate()
         token = self.take()
         self.nest(token)
-        operand = self.condition(self.not_(), token)
+        operand = self.condition(self.not_())
         self.nesting -= 1
         return Not(operand, token.offset + 1)
 
@@ -196,12 +195,12 @@ class _Parser:
             right = self.sum()
             if token.text in _ORDERING:
                 role = f"{token.text!r} compares numbers"
-                self.need(left, ("num", "ident"), token, role)
-                self.need(right, ("num", "ident"), token, role)
+                self.need(left, ("num", "ident"), role)
+                self.need(right, ("num", "ident"), role)
             else:
                 role = f"{token.text!r} cannot compare NULL (use IS NULL)"
-                self.need(left, ("num", "ident", "str", "bool"), token, role)
-                self.need(right, ("num", "ident", "str", "bool"), token, role)
+                self.need(left, ("num", "ident", "str", "bool"), role)
+                self.need(right, ("num", "ident", "str", "bool"), role)
             node: Node = Comparison(token.text, left, right, column)
         elif self.is_keyword("IS"):
             self.take()
@@ -221,7 +220,7 @@ class _Parser:
                 self.expect_keyword("AND")
                 high = self.sum()
                 for operand in (left, low, high):
-                    self.need(operand, ("num", "ident"), token, "BETWEEN compares numbers")
+                    self.need(operand, ("num", "ident"), "BETWEEN compares numbers")
                 node = Between(left, low, high, negated, column)
             elif self.is_keyword("IN"):
                 self.take()
@@ -236,7 +235,7 @@ class _Parser:
                 node = In(left, tuple(values), negated, column)
             elif self.is_keyword("LIKE"):
                 self.take()
-                self.need(left, ("str", "ident"), token, "LIKE matches strings")
+                self.need(left, ("str", "ident"), "LIKE matches strings")
                 pattern = self.string("a LIKE pattern")
                 escape = None
                 if self.is_keyword("ESCAPE"):
@@ -269,9 +268,9 @@ class _Parser:
 
     def arithmetic(self, token: Token, left: Node, right: Node) -> Node:
         role = f"{token.text!r} needs numbers"
-        self.need(left, ("num", "ident", "null"), token, role)
-        self.need(right, ("num", "ident", "null"), token, role)
-        return Arithmetic(token.text, left, right, token.offset + 1)
+        self.need(left, ("num", "ident", "null"), role)
+        self.need(right, ("num", "ident", "null"), role)
+        return Arithmetic(token.text, left, right, left.column)
 
     def unary(self) -> Node:
         if not self.is_symbol("+", "-"):
@@ -284,7 +283,7 @@ class _Parser:
         self.nest(token)
         operand = self.unary()
         self.nesting -= 1
-        self.need(operand, ("num", "ident", "null"), token, f"unary {token.text!r} needs a number")
+        self.need(operand, ("num", "ident", "null"), f"unary {token.text!r} needs a number")
         if token.text == "+":
             return operand
         return Negate(operand, token.offset + 1)
