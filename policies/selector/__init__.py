@@ -7,14 +7,14 @@ evaluate a message's STOMP headers. Pure: no I/O, stdlib only.
 
 Modules: ``lexer`` (text -> tokens), ``parser`` (tokens -> ``nodes``, the syntax tree, with the
 checks that need no message), ``headers`` (which header an identifier reads, per broker),
-``values`` (Java's conversions and arithmetic), ``compiler`` (tree -> closures), ``build``
-(helpers for code that writes selectors). A malformed selector raises
+``values`` (Java's conversions and arithmetic), ``like`` (LIKE patterns), ``compiler`` (tree ->
+closures), ``build`` (helpers for code that writes selectors). A malformed selector raises
 :class:`~policies.errors.InvalidSelector` naming the column.
 """
 
 from policies.errors import InvalidSelector
 from policies.selector.build import RESERVED_WORDS, equals, quoted
-from policies.selector.compiler import Selector, compile_selector, like_matcher
+from policies.selector.compiler import Selector, compile_selector
 from policies.selector.headers import (
     ACTIVEMQ,
     RABBITMQ,
@@ -24,6 +24,7 @@ from policies.selector.headers import (
     tibco_destination,
 )  # fmt: skip
 from policies.selector.lexer import KEYWORDS, is_identifier
+from policies.selector.like import like_matcher
 from policies.selector.nodes import Node, Type
 from policies.selector.parser import MAX_HEIGHT, MAX_NESTING, parse
 

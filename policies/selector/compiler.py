@@ -13,9 +13,10 @@ only when the whole selector gives True. The rules, with where they come from:
   Long.valueOf, Double.valueOf), and with a boolean by Boolean.valueOf: what ActiveMQ does for
   every STOMP subscription (it adds ``convert_string_expressions:`` to the selector), since STOMP
   carries every property as a string. Text that does not parse makes the comparison FALSE;
-- other unlike types (a boolean with a number, a number with an IN list) compare FALSE, as the
-  spec says for unlike types; ``IN`` on a non-string is unknown and ``LIKE`` on one FALSE (both
-  ActiveMQ's);
+- other unlike types (a boolean with a number) compare FALSE, as the spec says, so ``<>`` is
+  TRUE; ``LIKE`` on a non-string is FALSE and ``IN`` on one unknown (ActiveMQ's; the spec only
+  says both take strings);
+- comparing two strings with ``<`` is ordering by UTF-16 code units (String.compareTo);
 - arithmetic follows Java's promotion: int, long (both wrap around) or double, with ``/`` always
   a double division (ActiveMQ's; Java would truncate two ints). Arithmetic on a string or a
   boolean is NULL: a string cannot be used in arithmetic (JMS 2.0 3.8.1.2), and ActiveMQ selects
@@ -27,11 +28,11 @@ only when the whole selector gives True. The rules, with where they come from:
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from policies.selector.headers import ACTIVEMQ, HeaderMap, conversion
+from policies.selector.like import like_matcher
 from policies.selector.nodes import (
     NUMERIC,
     And,
@@ -381,32 +382,3 @@ def _as_condition(value: _Value) -> Fn:
         return lambda h: None
     fn = value.fn
     return lambda h: None if fn(h) is None else False
-
-
-def like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
-    """A test for LIKE ``pattern``: ``_`` one character, ``%`` any run of them. The escape
-    character quotes a following ``_``, ``%`` or itself and is itself otherwise (ActiveMQ's
-    reading; SQL would refuse the pattern)."""
-    parts: list[str] = []  # regular expression pieces
-    literal = True  # no wildcard at all
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == escape and i + 1 < len(pattern) and pattern[i + 1] in ("_", "%", escape):
-            parts.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if c == "%":
-            parts.append(".*")
-            literal = False
-        elif c == "_":
-            parts.append(".")
-            literal = False
-        else:
-            parts.append(re.escape(c))
-        i += 1
-    if literal:
-        text = "".join(re.sub(r"\\(.)", r"\1", p, flags=re.DOTALL) for p in parts)
-        return lambda value: value == text
-    regex = re.compile("".join(parts), re.DOTALL)
-    return lambda value: regex.fullmatch(value) is not None
