@@ -161,8 +161,10 @@ def _number(selector: str, start: int) -> Token:
             best, form = m.group(), name
     if form == "float":
         return Token(Kind.FLOAT, best, start, float(best))
-    digits = best.rstrip("lL")
-    value = int(digits[2:], 16) if form == "hex" else int(digits, 8 if form == "octal" else 10)
+    digits = best.rstrip("lL")[2 if form == "hex" else 0 :].lstrip("0") or "0"
+    if len(digits) > 22:  # past 64 bits in any base, and past what Python converts from text
+        raise InvalidSelector(selector, start + 1, f"number out of range of long: {best[:30]}")
+    value = int(digits, {"hex": 16, "octal": 8}.get(form, 10))
     if value > LONG_MAX + 1 or value == LONG_MAX + 1 and form != "decimal":
         raise InvalidSelector(selector, start + 1, f"number out of range of long: {best}")
     return Token(Kind.INTEGER, best, start, value)

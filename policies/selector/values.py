@@ -34,20 +34,25 @@ _DOUBLE = re.compile(
 )
 
 
-def java_int(text: str) -> int | _Failed:
-    """Integer.valueOf: an optional sign and ASCII digits, in 32 bits."""
+def _integer(text: str, low: int, high: int) -> int | _Failed:
+    # Python refuses to convert more than 4300 digits; no such number fits in 64 bits anyway.
     if not _INTEGER.fullmatch(text):
         return FAILED
-    value = int(text)
-    return value if INT_MIN <= value <= INT_MAX else FAILED
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 19:
+        return FAILED
+    value = -int(digits or "0") if text[0] == "-" else int(digits or "0")
+    return value if low <= value <= high else FAILED
+
+
+def java_int(text: str) -> int | _Failed:
+    """Integer.valueOf: an optional sign and ASCII digits, in 32 bits."""
+    return _integer(text, INT_MIN, INT_MAX)
 
 
 def java_long(text: str) -> int | _Failed:
     """Long.valueOf: an optional sign and ASCII digits, in 64 bits."""
-    if not _INTEGER.fullmatch(text):
-        return FAILED
-    value = int(text)
-    return value if LONG_MIN <= value <= LONG_MAX else FAILED
+    return _integer(text, LONG_MIN, LONG_MAX)
 
 
 def java_double(text: str) -> float | _Failed:

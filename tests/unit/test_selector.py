@@ -59,6 +59,9 @@ def ev(selector: str, headers: dict[str, str] | None = None) -> bool | None:
     ("a IS 5", 6, "expected NULL"),
     ("x = 9223372036854775808", 5, "out of range of long"),
     ("x = 0x8000000000000000", 5, "out of range of long"),
+    ("x = " + "1" * 5000, 5, "out of range of long"),
+    ("x = 0" + "7" * 5000, 5, "out of range of long"),
+    ("x = 0x" + "f" * 5000, 5, "out of range of long"),
     ("NULL = x", 1, "cannot compare NULL"),
     ("a = 1 %", 7, "unexpected character '%'"),
     ("a = 08", 6, "unexpected '8'"),
@@ -171,6 +174,7 @@ def test_unknown_propagates_as_sql_says(selector: str, expected: bool | None) ->
     ("p = TRUE", "TRUE", True), ("p = FALSE", "yes", True), ("TRUE = p", "true", True),
     ("p = '7'", "7", True), ("p LIKE '7'", "7", True), ("p IN ('7')", "7", True),
     ("p", "true", False), ("p + 1 = 8", "7", None), ("-p = -7", "7", None),
+    ("p > 5", "1" * 5000, False), ("p > 5", "0" * 5000 + "7", True), ("p > 5.0", "1" * 5000, True),
 ])  # fmt: skip
 def test_string_headers_against_numbers_and_booleans(
     selector: str, value: str, expected: bool | None
