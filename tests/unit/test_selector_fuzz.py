@@ -22,7 +22,8 @@ TOKENS = st.sampled_from([
     "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "(", ")", ",", "'", "''", "'a'",
     "'%'", "'_'", "'\\'", "NOT", "AND", "OR", "BETWEEN", "LIKE", "ESCAPE", "IN", "IS", "NULL",
     "TRUE", "false", "0", "1", "5L", "0x1F", "017", "08", "1.5", "1e3", ".5", "5.", "1e",
-    "2147483648", "9223372036854775808", "\n", "\t", "\x00", "é", "%", "#", "!", "[", "]",
+    "2147483648", "9223372036854775808", "9" * 5000, "0x" + "f" * 5000, "\n", "\t", "\x00",
+    "é", "%", "#", "!", "[", "]",
 ])  # fmt: skip
 SELECTORISH = st.lists(st.one_of(TOKENS, st.text(max_size=3)), max_size=30).map(" ".join)
 IDENTIFIERS = st.sampled_from(["a", "b", "x_1", "$y", "JMSPriority", "JMSTimestamp",
@@ -54,7 +55,8 @@ HEADERS = st.dictionaries(
     st.sampled_from(["a", "b", "x_1", "$y", "priority", "type", "redelivered", "destination",
                      "amqp-message-id", "timestamp"]),
     st.one_of(st.sampled_from(["", "1", "-5", "1.5", "true", "NaN", "abc", "/queue/A", "2147483648",
-                               "9999999999999999999"]), st.text(max_size=5)),
+                               "9999999999999999999", "1" * 5000, "0" * 5000 + "1"]),
+              st.text(max_size=5)),
 )  # fmt: skip
 
 
