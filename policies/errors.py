@@ -2,6 +2,7 @@
 
     BridgeError                    base of everything the product raises on purpose
     +-- ConfigError                a bad flag, environment value or config file
+    |   +-- InvalidSelector        a JMS message selector that does not parse (column, reason)
     +-- BrokerUnavailable          the broker cannot be reached or went away
     +-- ProtocolError              a peer sent bytes the protocol does not allow
     |   +-- StompProtocolError     carries the STOMP ERROR frame to send back
@@ -68,3 +69,16 @@ class PutRefused(BridgeError):
     def at(self, index: int) -> PutRefused:
         """The same refusal for move ``index`` of a larger settle."""
         return PutRefused(index, self.reason, self.text, self.destination)
+
+
+class InvalidSelector(ConfigError):
+    """A JMS message selector that does not parse, as JMS's InvalidSelectorException.
+
+    ``column`` is the 1-based position of the offending character or token in ``selector``
+    (one past its end for an unexpected end); ``reason`` says what is wrong there."""
+
+    def __init__(self, selector: str, column: int, reason: str) -> None:
+        super().__init__(f"invalid selector at column {column}: {reason}")
+        self.selector = selector
+        self.column = column
+        self.reason = reason
