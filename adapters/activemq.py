@@ -46,7 +46,6 @@ import itertools
 import json
 import logging
 import queue as queues
-import re
 import socket
 import threading
 import time
@@ -78,6 +77,7 @@ from policies.reasons import (
     MQRC_UNKNOWN_OBJECT_NAME,
     Reason,
 )
+from policies.selector import equals, quoted
 
 # Never copied from a Message onto a SEND: the adapter sets its own.
 FRAME_HEADERS = PER_DELIVERY | {"receipt", "transaction"}
@@ -103,10 +103,6 @@ SELECTOR_FIELDS = {
 }
 # STOMP headers ActiveMQ maps to JMS fields: not properties a selector can name.
 MAPPED_HEADERS = frozenset({"persistent", "priority", "expires", "timestamp", "reply-to"})
-SELECTOR_WORDS = frozenset(
-    {"NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "NULL", "TRUE", "FALSE", "ESCAPE"}
-)
-_IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
 _Inbox = queues.Queue[Frame | None]  # None: the connection went away
 
@@ -791,7 +787,7 @@ class ActiveMQ:
                 found = next((f for f in frames if _message(f).headers.get(header) == value), None)
             if found is None:
                 return None
-            selector = f"JMSMessageID = {_quoted(found.headers['message-id'])}"
+            selector = f"JMSMessageID = {quoted(found.headers['message-id'])}"
         inbox: _Inbox = queues.Queue()
         sid = self._subscribe(
             queue, inbox, ack="client-individual", selector=selector,
@@ -888,15 +884,10 @@ def _selector(header: str, value: str) -> str | None:
     """A JMS selector for ``header = value``; None when a selector cannot name the header."""
     name = SELECTOR_FIELDS.get(header)
     if name is None:
-        plain = _IDENTIFIER.fullmatch(header) and header.upper() not in SELECTOR_WORDS
-        if not plain or header in MAPPED_HEADERS or header.startswith("JMS"):
+        if header in MAPPED_HEADERS or header.startswith("JMS"):
             return None
         name = header
-    return f"{name} = {_quoted(value)}"
-
-
-def _quoted(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+    return equals(name, value)
 
 
 def _refusal(ep: Endpoint, exc: BaseException) -> str:
