@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated headers holding an absolute delivery time (epoch ms)")
     run.add_argument("--delay-disabled", metavar="PATTERNS",
                      help="comma-separated destination patterns that may not be delayed")
+    run.add_argument("--undelivered-queue", metavar="NAME",
+                     help="where failed deliveries go when their policy says undelivered "
+                          "(default jms-bridge.undelivered)")
     staged = commands.add_parser("staged", help="list, count, cancel or release staged messages")
     actions = staged.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = actions.add_parser("list", help="staged messages, soonest first")

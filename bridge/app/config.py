@@ -48,6 +48,9 @@ class Settings:
     # Redelivery policies by destination pattern (and per user): the YAML file's ``redelivery``
     # mapping, or the same as YAML text in JMS_BRIDGE_REDELIVERY. Empty: JMSJCA's default.
     redelivery: PolicyTable = field(default_factory=PolicyTable)
+    # Where a failed delivery goes when its policy says "undelivered" (TIBCO's
+    # $sys.undelivered, WebSphere's system exception destination).
+    undelivered_queue: str = "jms-bridge.undelivered"
 
 
 def _flag(name: str) -> str:
@@ -135,6 +138,11 @@ def _convert(name: str, value: Any, source: str) -> Any:
         if not text.isdigit() or not 1 <= int(text) <= 65535:
             raise ConfigError(f"{what}: expected a whole number from 1 to 65535, got {value!r}")
         return int(text)
+    if name == "undelivered-queue":
+        v = str(value).strip()
+        if not v or "/" in v:
+            raise ConfigError(f"{what}: expected a queue name without '/', got {value!r}")
+        return v
     if name == "staging-prefix":
         v = str(value).strip()
         if not v or "/" in v:

@@ -46,6 +46,12 @@ class _RelayCollector(Collector):
                         "kind", s.protocol_errors)
         yield _by_label("jms_bridge_sends_refused", "Sends refused by a policy, by MQRC reason.",
                         "reason", s.refusals)
+        yield _by_label("jms_bridge_failed_deliveries",
+                        "Deliveries consumers failed (NACK, rollback, lost connection), by what "
+                        "the redelivery policy did.", "action", s.redeliveries)
+        yield _by_label("jms_bridge_dead_letters",
+                        "Failed deliveries moved to a dead-letter or the undelivered queue, or "
+                        "deleted, by reason.", "reason", s.dead_letters)
 
 
 def _by_label(name: str, doc: str, label: str, tally: Tally[str]) -> CounterMetricFamily:

@@ -19,8 +19,9 @@ from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
 from bridge.intercept.guard import StagingGuard
+from bridge.intercept.redelivery import RedeliveryInterceptor
 from bridge.staging.levels import Layout, layout_for
-from bridge.staging.outcomes import StatsSink
+from bridge.staging.outcomes import FailureTally, LogSink, StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
@@ -99,6 +100,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         StagingGuard(layout),
         DelayInterceptor(fmt=fmt, config=config, layout=layout, sinks=[StatsSink(staging)],
                          targets=targets),
+        RedeliveryInterceptor(
+            table=settings.redelivery, fmt=fmt, layout=layout,
+            undelivered=f"/queue/{settings.undelivered_queue}",
+            sinks=[FailureTally(metrics.relay.redeliveries, metrics.relay.dead_letters),
+                   LogSink(logs.get("redelivery"))],
+        ),
     ])
     stomp = StompServer(
         broker=settings.broker,

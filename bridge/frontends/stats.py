@@ -19,3 +19,7 @@ class RelayStats:
         self.protocol_errors: Tally[str] = Tally()  # kind -> n
         self.heartbeats: Tally[str] = Tally()  # direction -> n
         self.refusals: Tally[str] = Tally()  # reason name -> n
+        # Consumers' failed deliveries, by what their policy did: redelivered, dead-lettered,
+        # undelivered, deleted; and those that left their queue, by reason.
+        self.redeliveries: Tally[str] = Tally()
+        self.dead_letters: Tally[str] = Tally()

@@ -39,9 +39,13 @@ from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge.staging.envelope import (
+    FAILED_AT,
     FRAME_ONLY,
     MESSAGE_ID,
     PREFIX,
+    REASON,
+    REASON_CODE,
+    REASON_TEXT,
     Staged,
     as_plain_headers,
     hop_headers,
@@ -79,10 +83,6 @@ CHECK_EVERY = 64
 INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the invalid queue
 INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
 # Why a message could not be put to its target when due (on the undeliverable queue).
-REASON = PREFIX + "reason"  # the MQRC name
-REASON_CODE = PREFIX + "reason-code"
-REASON_TEXT = PREFIX + "reason-text"  # the broker's own words
-FAILED_AT = PREFIX + "failed-at"  # epoch ms
 PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
 # Counting is a round trip or more (5-17 ms on this machine) that releases would wait for: it
 # waits for a gap of COUNT_GAP_MS before the next release or level exit, up to PENDING_LATE_MS

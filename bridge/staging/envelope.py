@@ -26,6 +26,18 @@ MESSAGE_ID = PREFIX + "message-id"  # the original message id
 # time the bridge took the SEND plus the delay, or the JMSDeliveryTime it asked for).
 DELIVERY_TIME = PREFIX + "delivery-time"
 CORRELATION_ID = PREFIX + "correlation-id"  # the application's own correlation id, if it set one
+# How many times the message has been delivered to a consumer (JMSXDeliveryCount) before this
+# copy: it travels with the message, on its re-staged copy, never only in a bridge's memory.
+DELIVERY_COUNT = PREFIX + "delivery-count"
+# Why a message left the normal path (a dead letter, an undeliverable release), on its copy.
+REASON = PREFIX + "reason"  # the MQRC (or MQFB) name
+REASON_CODE = PREFIX + "reason-code"
+REASON_TEXT = PREFIX + "reason-text"  # the broker's own words, or the policy's
+FAILED_AT = PREFIX + "failed-at"  # epoch ms
+ORIGINAL_DESTINATION = PREFIX + "original-destination"  # where it was going (STOMP form)
+# The same in TIBCO's form, for selectors on the undelivered queue: Queue[orders], Topic[prices].
+ORIGINAL_JMS_DESTINATION = PREFIX + "original-jms-destination"
+POLICY = PREFIX + "policy"  # the redelivery policy that decided: "<dialect>: <text>"
 TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"
 ORIGINAL_TTL = PREFIX + "ttl-value"  # its value as sent
 
@@ -118,7 +130,10 @@ def staged_headers(
     first: dict[str, str] = {}
     for name, value in headers:
         first.setdefault(name, value)
-    original_id = (first.get(id_header) if id_header else None) or new_message_id()
+    # A message the bridge released before (and now stages again) keeps its original id.
+    original_id = (
+        first.get(MESSAGE_ID) or (first.get(id_header) if id_header else None) or new_message_id()
+    )
     dropped = {*drop, "destination", "expires", "expiration", "correlation-id"}
     if id_header:
         dropped.add(id_header)
@@ -162,6 +177,8 @@ def released_headers(headers: dict[str, str], fmt: StagedFormat, *, now_ms: int)
     }
     id_header = fmt.message_id_header
     out[MESSAGE_ID] = headers[MESSAGE_ID]
+    if DELIVERY_COUNT in headers:
+        out[DELIVERY_COUNT] = headers[DELIVERY_COUNT]
     out[DELIVERY_TIME] = headers[DUE]
     if id_header:
         out[id_header] = headers[MESSAGE_ID]

@@ -9,6 +9,7 @@ the engine's release path.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,6 +30,11 @@ class Kind(enum.Enum):
     UNDELIVERABLE = "undeliverable"  # its target refused it: moved to the undeliverable queue
     INVALID = "invalid"  # not readable as a staged copy: moved to the invalid queue
     HOPPED = "hopped"  # moved down to its next level (``count`` of them at once)
+    # A consumer failed a delivery (``count``: its delivery count); its policy decided:
+    REDELIVERED = "redelivered"  # back to its queue, at once or after a delay (``due_ms``)
+    DEAD_LETTERED = "dead-lettered"  # moved to the policy's destination (``queue``)
+    UNDELIVERED = "undelivered"  # moved to the undelivered queue (TIBCO's $sys.undelivered)
+    DELETED = "deleted"  # the policy deletes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,9 @@ class Outcome:
     @property
     def late_ms(self) -> int | None:
         return None if self.due_ms is None else self.at_ms - self.due_ms
+
+
+_FAILURE_KINDS = frozenset({Kind.REDELIVERED, Kind.DEAD_LETTERED, Kind.UNDELIVERED, Kind.DELETED})
 
 
 class Sink(Protocol):
@@ -82,6 +91,20 @@ class StatsSink:
                 stats.on_staged(o.queue)
 
 
+class FailureTally:
+    """Counts consumers' failed deliveries into the relay's counters (read by ``/metrics``)."""
+
+    def __init__(self, redeliveries: Counter[str], dead_letters: Counter[str]) -> None:
+        self.redeliveries, self.dead_letters = redeliveries, dead_letters
+
+    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+        for o in outcomes:
+            if o.kind in _FAILURE_KINDS:
+                self.redeliveries[o.kind.value] += 1
+                if o.reason is not None:
+                    self.dead_letters[o.reason.name] += 1
+
+
 class LogSink:
     """One log line per outcome, at the level an operator wants it."""
 
@@ -114,6 +137,15 @@ class LogSink:
                             "undeliverable queue", message_id=o.message_id, target=o.target,
                             reason=o.reason.name, reason_code=o.reason.code,
                             reason_text=o.detail, queue=o.queue, late_ms=o.late_ms)
+            elif kind is Kind.REDELIVERED:
+                log.debug("redelivery", message_id=o.message_id, destination=o.target,
+                          delivery_count=o.count, delay_ms=(o.due_ms or o.at_ms) - o.at_ms,
+                          policy=o.detail)
+            elif kind in (Kind.DEAD_LETTERED, Kind.UNDELIVERED, Kind.DELETED):
+                assert o.reason is not None
+                log.info(f"redelivery limit: {kind.value}", message_id=o.message_id,
+                         destination=o.target, delivery_count=o.count, to=o.queue,
+                         reason=o.reason.name, reason_code=o.reason.code, policy=o.detail)
             elif kind is Kind.INVALID:
                 log.error("unreadable staged message moved", message_id=o.message_id,
                           target=o.target, invalid_queue=o.queue, error=o.detail)

@@ -24,6 +24,9 @@ from policies.endpoints import Endpoint
 # Brokers check whether they wrote anything once per interval, so their gaps can approach
 # twice the interval (ActiveMQ's do); STOMP asks receivers to allow for that.
 HEARTBEAT_TOLERANCE = 3.0
+# How long a client's upstream connection stays open after it went away, for the broker to
+# confirm the copies that replace its unsettled deliveries (then the broker gets back the rest).
+SETTLE_LOST_S = 10.0
 _ids = itertools.count(1)
 
 
@@ -110,10 +113,16 @@ class ClientLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.session.client_lost()
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self._checking is None and self.upstream is not None:
+        out = self.session.client_lost()
+        if out.close is None and self.upstream is not None:
+            # Copies replace the deliveries it left unsettled: the upstream connection stays
+            # until the broker has confirmed them and the originals are acknowledged.
+            self.upstream.write(b"".join(out.to_broker))
+            upstream = self.upstream
+            self.server.loop.call_later(SETTLE_LOST_S, upstream.close)
+        elif self._checking is None and self.upstream is not None:
             self.upstream.close()  # else the check relays what the client sent, then closes
         self.server.closed(self)
 
@@ -133,7 +142,7 @@ class ClientLink(asyncio.Protocol):
     def resume_client(self) -> None:
         if self.client is not None and self._client_paused and not self._closing:
             self._client_paused = False
-            if self._checking is None:
+            if not self.session.checking:
                 self.client.resume_reading()
 
     # -- broker side -------------------------------------------------------------------
@@ -154,12 +163,19 @@ class ClientLink(asyncio.Protocol):
     def _apply(self, out: Output) -> None:
         if out.to_broker and self.upstream is not None:
             self.upstream.write(b"".join(out.to_broker))
-        if out.to_client and self.client is not None:
+        if out.to_client and self.client is not None and not self.client.is_closing():
             self.client.write(b"".join(out.to_client))
         if out.close is not None:
+            if self._closing and self.upstream is not None:  # the client is gone already
+                self.upstream.close()
             self.close(out.close)
         elif out.check is not None:
             self._checking = self.server.checks.start(out.check, self)
+        elif out.hold:
+            self.hold_client()
+        if out.unhold and not self.session.checking and not self._client_paused:
+            if self.client is not None and not self._closing:
+                self.client.resume_reading()
 
     def hold_client(self) -> None:
         """Stop reading the client until the check is done (the session holds its frames)."""
@@ -173,7 +189,8 @@ class ClientLink(asyncio.Protocol):
         if gone:  # the client left while its frames were held: they went up, now close
             if self._checking is None and self.upstream is not None:
                 self.upstream.close()
-        elif self._checking is None and not self._client_paused and self.client is not None:
+        elif (self._checking is None and not self.session.checking and not self._client_paused
+              and self.client is not None):
             self.client.resume_reading()
 
     def close(self, why: str) -> None:

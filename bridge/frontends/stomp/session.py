@@ -16,6 +16,7 @@ check and calls ``resume()``: frames still reach the broker in the order the cli
 from __future__ import annotations
 
 import enum
+import itertools
 
 from bridge.frontends.stats import RelayStats
 from bridge.frontends.stomp import (
@@ -30,17 +31,21 @@ from bridge.frontends.stomp import (
 from bridge.frontends.stomp.translate import (
     Consumers,
     Screen,
+    ack_frame,
+    copy_frame,
     decision_bytes,
     delivery_view,
     send_view,
+    stamped,
     subscribe_view,
 )
 from bridge.intercept.chain import Chain
-from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse
-from bridge.intercept.views import Principal
+from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse, Replace, Stamp
+from bridge.intercept.views import Principal, Settlement
 from policies.errors import Refused
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+_receipts = itertools.count(1)
 DEFAULT_LIMITS = Limits()
 
 
@@ -89,7 +94,7 @@ _BROKER_MOVES = _by_state(BROKER_TRANSITIONS)
 class Output:
     """What one call of the session asks the glue to do."""
 
-    __slots__ = ("to_broker", "to_client", "close", "check")
+    __slots__ = ("to_broker", "to_client", "close", "check", "hold", "unhold")
 
     def __init__(
         self,
@@ -104,12 +109,18 @@ class Output:
         # Set: run this check, then call resume(); the client's later frames are held
         # meanwhile (stop reading from it).
         self.check: Hold | None = None
+        # Set: stop reading the client; the session holds its frames until the broker has
+        # confirmed the copies that replace a settlement. ``unhold``: read it again.
+        self.hold = False
+        self.unhold = False
 
     def extend(self, more: Output) -> None:
         self.to_broker += more.to_broker
         self.to_client += more.to_client
         self.close = more.close
         self.check = more.check
+        self.hold = more.hold
+        self.unhold = self.unhold or more.unhold
 
     def __repr__(self) -> str:
         return (
@@ -183,6 +194,10 @@ class Session:
         self._held: list[Event] | None = None
         self._held_error: StompProtocolError | None = None
         self._held_data: list[bytes] = []
+        # Receipts of copies that replace settlements, and the ACKs to send when all are in.
+        self._awaiting: set[str] = set()
+        self._after: list[bytes] = []
+        self._client_gone = False
 
     @property
     def state(self) -> State:
@@ -220,7 +235,7 @@ class Session:
         for i, data in enumerate(pending):
             if out.close is not None:
                 break
-            if out.check is not None:  # held again: what is left waits for the next resume
+            if self._held is not None:  # held again: what is left waits for the next resume
                 self._held_data = pending[i:]
                 break
             out.extend(self.from_client(data, counted=True))
@@ -253,6 +268,15 @@ class Session:
                     self._held, self._held_error = events[at:], error
                     out.check = decision
                     return out
+                if isinstance(decision, Replace):
+                    self._replace(decision, event, out)
+                    if self._awaiting:  # the rest waits for the broker's receipts
+                        at = next(i for i, e in enumerate(events) if e is event)
+                        self._held = events[at + 1:]
+                        self._held_error = error
+                        out.hold = True
+                        return out
+                    continue
                 if isinstance(decision, Refuse):
                     refusal = decision.refusal
                     stats.refusals[refusal.reason.name] += 1
@@ -260,6 +284,7 @@ class Session:
                     out.close = f"refused {command}: {refusal}"
                     self.state = State.CLOSED
                     return out
+                assert not isinstance(decision, Stamp)
                 out.to_broker.append(decision_bytes(decision, event, self.version))
             else:
                 out.to_broker.append(event.raw)
@@ -289,7 +314,12 @@ class Session:
             consumers.unsubscribed(frame)
             return RELAY
         settle = consumers.settle(frame, self.version, self.principal)
-        return RELAY if settle is None else chain.on_settle(settle)
+        if settle is None:
+            return RELAY
+        decision = chain.on_settle(settle)
+        if not isinstance(decision, Replace) and settle.outcome is Settlement.NACK:
+            consumers.forget(settle.deliveries)  # the broker has them back
+        return decision
 
     def _on_connect(self, frame: Frame) -> None:
         self.login = frame.get("login")
@@ -361,6 +391,11 @@ class Session:
                 if command == "CONNECTED":
                     self._on_connected(event)
                 self.state = nxt
+            if command == "RECEIPT" and self._awaiting:
+                receipt_id = event.get("receipt-id") or ""
+                if receipt_id in self._awaiting:
+                    self._receipted(receipt_id, out)
+                    continue
             if command == "MESSAGE" and self.screen.deliveries:
                 out.to_client.append(self._delivered(event))
             else:
@@ -371,11 +406,58 @@ class Session:
         """Offer a MESSAGE to the chain; a delivery can be relayed or rewritten only."""
         view = delivery_view(frame, self.version)
         if self._consumers is not None:
-            self._consumers.delivered(view)
+            self._consumers.delivered(view, frame)
         decision = self.chain.on_delivery(view) if self.screen.interest.deliveries else RELAY
-        if isinstance(decision, Hold | Refuse):
-            raise TypeError(f"a delivery can be relayed or rewritten, not {decision!r}")
+        if isinstance(decision, Stamp):
+            return stamped(frame, decision.headers, self.version)
+        if isinstance(decision, Hold | Refuse | Replace):
+            raise TypeError(f"a delivery can be relayed, stamped or rewritten, not {decision!r}")
         return decision_bytes(decision, frame, self.version)
+
+    # -- settlements replaced by copies ---------------------------------------------------
+    def _replace(self, decision: Replace, frame: Frame | None, out: Output) -> None:
+        """Put each copy with a receipt; acknowledge the originals when every receipt is in.
+        An ABORT goes up first (it undoes the transaction's own acknowledgements); a NACK is
+        not sent at all: its receipt, if it asked for one, comes with the last ACK."""
+        consumers = self._consumers
+        assert consumers is not None
+        if frame is not None and frame.command == "ABORT":
+            out.to_broker.append(frame.raw)
+        acks: list[bytes] = []
+        for copy in decision.copies:
+            original = consumers.take(copy.ack_id)
+            if original is None:
+                continue
+            if copy.destination is not None:
+                receipt = f"jms-bridge-{next(_receipts)}"
+                self._awaiting.add(receipt)
+                out.to_broker.append(copy_frame(copy, original, receipt, self.version))
+            acks.append(ack_frame(original, self.version))
+        if acks and frame is not None and frame.command == "NACK":
+            asked = frame.get("receipt")
+            if asked is not None:
+                acks[-1] = ack_frame(consumers.last_taken, self.version, asked)
+        if self._awaiting:
+            self._after += acks
+        else:
+            out.to_broker += acks
+
+    def _receipted(self, receipt_id: str, out: Output) -> None:
+        """A receipt for a copy: once all are in, the originals are acknowledged and the
+        client's held frames go on."""
+        self._awaiting.discard(receipt_id)
+        if self._awaiting:
+            return
+        out.to_broker += self._after
+        self._after = []
+        if self._client_gone:
+            out.close = "the client went away; its unsettled deliveries are settled"
+            return
+        out.unhold = True
+        more = self.resume()
+        out.to_broker += more.to_broker
+        out.to_client += more.to_client
+        out.close, out.check, out.hold = more.close, more.check, more.hold
 
     def _on_connected(self, frame: Frame) -> None:
         version = frame.get("version") or "1.0"
@@ -387,13 +469,22 @@ class Session:
         )
 
     # -- endings ---------------------------------------------------------------------------
-    def client_lost(self) -> None:
+    def client_lost(self) -> Output:
         """The client's connection ended: what it was handed and did not settle is offered to
-        the chain as lost (the broker gets it back when the upstream connection closes)."""
-        if self._consumers is not None:
-            settle = self._consumers.lost(self.principal)
-            if settle is not None:
-                self.chain.on_settle(settle)
+        the chain as lost. Output.close set: close the upstream connection now (the broker
+        gets back what is unsettled). Otherwise keep it open and feed the broker's answers to
+        the copies that replace those deliveries: ``close`` comes when they are settled."""
+        self._client_gone = True
+        settle = self._consumers.lost(self.principal) if self._consumers is not None else None
+        if settle is None or self.state is not State.CONNECTED:
+            return Output(close="the client went away")
+        decision = self.chain.on_settle(settle)
+        out = Output()
+        if isinstance(decision, Replace):
+            self._replace(decision, None, out)
+        if not self._awaiting:
+            out.close = "the client went away"
+        return out
 
     def broker_lost(self, why: str) -> Output:
         """The upstream connection ended: tell the client unless the session was ending."""

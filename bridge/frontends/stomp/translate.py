@@ -9,11 +9,12 @@ deliveries, and a lost connection can be offered as ``Settle`` views with what t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
+from bridge.frontends.stomp.escaping import escape
 from bridge.frontends.stomp.frame import Frame, serialize
 from bridge.intercept.chain import Interest
-from bridge.intercept.decisions import Relay, Rewrite
+from bridge.intercept.decisions import Copy, Relay, Rewrite
 from bridge.intercept.views import Delivery, Principal, Send, Settle, Settlement, Subscribe
 
 SETTLING = ("ACK", "NACK", "COMMIT", "ABORT")
@@ -95,13 +96,16 @@ def decision_bytes(decision: Relay | Rewrite, frame: Frame, version: str | None)
 
 
 class Consumers:
-    """What each subscription was handed and has not settled, and what each open transaction
-    settled, so that settlements can be offered as views."""
+    """What each subscription was handed and has not settled (the frames kept, so that a copy
+    can be put in place of a failed delivery), and what each open transaction settled, so
+    that settlements can be offered as views."""
 
     def __init__(self) -> None:
         self.modes: dict[str, str] = {}  # subscription id -> ack mode
-        self.unsettled: dict[str, Delivery] = {}  # ack id -> delivery, in delivery order
-        self.transactions: dict[str, list[tuple[Settlement, tuple[Delivery, ...]]]] = {}
+        # ack id -> the delivery and its frame, in delivery order
+        self.unsettled: dict[str, tuple[Delivery, Frame]] = {}
+        self.transactions: dict[str, list[tuple[Delivery, ...]]] = {}
+        self.last_taken: tuple[Delivery, Frame] | None = None
 
     def subscribed(self, frame: Frame) -> None:
         sub = frame.get("id") or frame.get("destination") or ""  # STOMP 1.0: id optional
@@ -111,52 +115,104 @@ class Consumers:
         sub = frame.get("id") or frame.get("destination") or ""
         self.modes.pop(sub, None)
 
-    def delivered(self, delivery: Delivery) -> None:
+    def delivered(self, delivery: Delivery, frame: Frame) -> None:
         if self.modes.get(delivery.subscription, "auto") != "auto":
-            self.unsettled[delivery.ack_id] = delivery
+            self.unsettled[delivery.ack_id] = (delivery, frame)
 
     def settle(self, frame: Frame, version: str | None, principal: Principal) -> Settle | None:
         """The view of an ACK, NACK, COMMIT or ABORT; None for what settles nothing. An ACK or
-        NACK inside a transaction settles only when the transaction commits."""
+        NACK inside a transaction settles only when the transaction commits. What an ACK
+        settles is forgotten at once; what a failure names stays until ``take`` or
+        ``forget``."""
         command, tx = frame.command, frame.get("transaction")
         if command in ("COMMIT", "ABORT"):
             done = self.transactions.pop(tx or "", [])
             if command == "COMMIT":
-                for _, deliveries in done:
-                    for d in deliveries:
-                        self.unsettled.pop(d.ack_id, None)
+                self.forget(d for deliveries in done for d in deliveries)
                 return None
-            rolled = tuple(d for _, deliveries in done for d in deliveries)
+            rolled = tuple(d for deliveries in done for d in deliveries)
             return Settle(Settlement.ROLLBACK, rolled, tx, principal) if rolled else None
         name = (frame.get("id") if version == "1.2" else frame.get("message-id")) or ""
         deliveries = tuple(self._covered(name))
-        outcome = Settlement.ACK if command == "ACK" else Settlement.NACK
         if tx is not None:
-            self.transactions.setdefault(tx, []).append((outcome, deliveries))
+            self.transactions.setdefault(tx, []).append(deliveries)
             return None
-        for d in deliveries:
-            self.unsettled.pop(d.ack_id, None)
-        return Settle(outcome, deliveries, None, principal)
+        if command == "ACK":
+            self.forget(deliveries)
+            return Settle(Settlement.ACK, deliveries, None, principal)
+        return Settle(Settlement.NACK, deliveries, None, principal)
 
     def lost(self, principal: Principal) -> Settle | None:
         """The connection ended: everything handed out and not settled (an ACK in a transaction
         that never committed settled nothing)."""
-        left = tuple(self.unsettled.values())
-        self.unsettled.clear()
         self.transactions.clear()
+        left = tuple(d for d, _ in self.unsettled.values())
         return Settle(Settlement.LOST, left, None, principal) if left else None
+
+    def take(self, ack_id: str) -> tuple[Delivery, Frame] | None:
+        """The unsettled delivery ``ack_id`` and its frame, forgotten: a copy replaces it."""
+        self.last_taken = self.unsettled.pop(ack_id, None)
+        return self.last_taken
+
+    def forget(self, deliveries: Iterable[Delivery]) -> None:
+        for d in deliveries:
+            self.unsettled.pop(d.ack_id, None)
 
     def _covered(self, name: str) -> Iterator[Delivery]:
         """The deliveries one ACK or NACK settles: in ``client`` mode every earlier delivery of
         the same subscription as well (cumulative), else just the one named."""
-        named = self.unsettled.get(name)
-        if named is None:
+        entry = self.unsettled.get(name)
+        if entry is None:
             return
+        named = entry[0]
         if self.modes.get(named.subscription) != "client":
             yield named
             return
-        for d in self.unsettled.values():
+        for d, _ in self.unsettled.values():
             if d.subscription == named.subscription:
                 yield d
             if d is named:
                 return
+
+
+def stamped(frame: Frame, headers: tuple[tuple[str, str], ...], version: str | None) -> bytes:
+    """``frame``'s bytes with ``headers`` added first (so they win over any of the same name),
+    without re-encoding the rest."""
+    raw = frame.raw
+    cut = raw.index(b"\n") + 1
+    added = "".join(
+        f"{escape(name, version, name=True)}:{escape(value, version)}\n"
+        for name, value in headers
+    )
+    return raw[:cut] + added.encode() + raw[cut:]
+
+
+def copy_frame(
+    copy: Copy, original: tuple[Delivery, Frame], receipt: str, version: str | None,
+) -> bytes:
+    """The SEND that puts ``copy`` with the original delivery's body, asking for a receipt."""
+    frame = original[1]
+    body = frame.body
+    headers = [("destination", copy.destination or "")]
+    headers += [(n, v) for n, v in copy.headers if n != "destination"]
+    if frame.get("content-length") is not None:  # a bytes message stays one (ActiveMQ)
+        headers.append(("content-length", str(len(body))))
+    headers.append(("receipt", receipt))
+    return serialize("SEND", headers, body, version=version)
+
+
+def ack_frame(
+    original: tuple[Delivery, Frame] | None, version: str | None, receipt: str | None = None,
+) -> bytes:
+    """The ACK of one delivery, named the way this STOMP version names it."""
+    assert original is not None
+    delivery = original[0]
+    if version == "1.2":
+        headers = [("id", delivery.ack_id)]
+    elif version == "1.1":
+        headers = [("message-id", delivery.ack_id), ("subscription", delivery.subscription)]
+    else:
+        headers = [("message-id", delivery.ack_id)]
+    if receipt is not None:
+        headers.append(("receipt", receipt))
+    return serialize("ACK", headers, version=version)

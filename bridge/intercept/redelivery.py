@@ -1,0 +1,157 @@
+"""Redelivery policies on the consumer side: what becomes of a delivery a consumer failed.
+
+A NACK, the rollback of a transaction that settled deliveries, or a connection lost with
+deliveries unsettled: for each such delivery from a queue, the destination's policy
+(``policies.redelivery``) decides by its delivery count. The answer is a ``Replace``: a copy of
+the message goes where the policy says (back to its queue at once, through the staging queues
+after a delay, to a dead-letter destination, to the undelivered queue) or nowhere (deleted),
+and the original is acknowledged upstream only after the broker confirmed the copy.
+
+The delivery count travels with the message: every copy carries ``jms-bridge-delivery-count``
+(the deliveries before it), and every delivery the consumer gets is stamped with
+``JMSXDeliveryCount``. Where the broker redelivered on its own (the bridge went away holding
+the upstream connection), its signals are added: RabbitMQ quorum queues' ``x-delivery-count``,
+else the ``redelivered`` flag as one more.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from adapters.base import PER_DELIVERY, StagedFormat
+from bridge.intercept.chain import Interceptor, Interest
+from bridge.intercept.decisions import RELAY, Copy, Decision, Replace, Stamp
+from bridge.intercept.views import Delivery, Settle, Settlement
+from bridge.staging import envelope
+from bridge.staging.levels import Layout
+from bridge.staging.outcomes import Kind, Outcome, Sink
+from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED
+from policies.redelivery import (
+    Delete,
+    Move,
+    PolicyTable,
+    Redeliver,
+    Undelivered,
+    decide,
+)
+
+JMSX_DELIVERY_COUNT = "JMSXDeliveryCount"
+UNDELIVERED_QUEUE = "jms-bridge.undelivered"  # the bridge's $sys.undelivered
+# Sources a copy can go back to: a queue. A topic's copy would reach every subscriber.
+QUEUE_PREFIXES = ("/queue/", "/amq/queue/")
+# Headers of one delivery, or that the copy gets anew, not copied from the delivery.
+_NOT_COPIED = PER_DELIVERY | {"x-delivery-count", JMSX_DELIVERY_COUNT, "receipt", "transaction"}
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def delivery_count(headers: Mapping[str, str]) -> int:
+    """JMSXDeliveryCount of a delivery: 1 on the first, counted from the copy's own header and
+    the broker's redelivery signals."""
+    own = headers.get(envelope.DELIVERY_COUNT, "0")
+    before = int(own) if own.isdigit() else 0
+    by_broker = headers.get("x-delivery-count", "")
+    if by_broker.isdigit():
+        return before + 1 + int(by_broker)
+    return before + 1 + (headers.get("redelivered") == "true")
+
+
+def jms_destination(destination: str) -> str:
+    """TIBCO's form of a destination: ``Queue[orders]``, ``Topic[prices]``."""
+    kind, _, name = destination.rpartition("/")
+    return f"Topic[{name}]" if "topic" in kind or "exchange" in kind else f"Queue[{name}]"
+
+
+class RedeliveryInterceptor(Interceptor):
+    interest = Interest(deliveries=True, settlements=True)
+
+    def __init__(
+        self,
+        *,
+        table: PolicyTable,
+        fmt: StagedFormat,
+        layout: Layout,
+        undelivered: str = "/queue/" + UNDELIVERED_QUEUE,
+        clock: Callable[[], int] = _wall_ms,
+        rand: Callable[[], float] = random.random,
+        sinks: Sequence[Sink] = (),
+    ) -> None:
+        self.table = table
+        self.fmt = fmt
+        self.layout = layout
+        self.undelivered = undelivered
+        self.clock = clock
+        self.rand = rand
+        self.sinks = tuple(sinks)
+
+    def on_delivery(self, delivery: Delivery) -> Decision:
+        return Stamp(((JMSX_DELIVERY_COUNT, str(delivery_count(delivery.headers))),))
+
+    def on_settle(self, settle: Settle) -> Decision:
+        if settle.outcome is Settlement.ACK:
+            return RELAY
+        failed = [d for d in settle.deliveries if d.destination.startswith(QUEUE_PREFIXES)]
+        if not failed or len(failed) < len(settle.deliveries):
+            return RELAY  # a topic's delivery: the broker's own redelivery applies
+        now = self.clock()
+        outcomes: list[Outcome] = []
+        copies = tuple(self._copy(d, settle, now, outcomes) for d in failed)
+        for sink in self.sinks:
+            sink(outcomes)
+        return Replace(copies)
+
+    def _copy(self, d: Delivery, settle: Settle, now: int, outcomes: list[Outcome]) -> Copy:
+        failures = delivery_count(d.headers)
+        pattern, policy = self.table.lookup(d.destination, settle.principal.login)
+        action = decide(policy, failures, d.destination, d.headers, self.rand())
+        headers = {n: v for n, v in d.headers.items() if n not in _NOT_COPIED}
+        original_id = (headers.get(envelope.MESSAGE_ID) or headers.get("amqp-message-id")
+                       or d.headers.get("message-id", ""))
+        headers[envelope.MESSAGE_ID] = original_id
+        headers[envelope.DELIVERY_COUNT] = str(failures)
+        policy_text = f"{policy.dialect}: {policy.text}"
+        if isinstance(action, Redeliver):
+            outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, d.destination,
+                                    now + action.delay_ms, detail=policy_text,
+                                    count=failures))
+            if action.delay_ms <= 0:
+                return Copy(d.ack_id, d.destination, tuple(headers.items()))
+            return self._staged(d, headers, now + action.delay_ms, now)
+        if isinstance(action, Delete):
+            outcomes.append(Outcome(Kind.DELETED, now, original_id, d.destination,
+                                    reason=action.reason, detail=policy_text, count=failures))
+            return Copy(d.ack_id, None)
+        where = action.destination if isinstance(action, Move) else self.undelivered
+        assert isinstance(action, Move | Undelivered)
+        headers.update({
+            envelope.REASON: action.reason.name,
+            envelope.REASON_CODE: str(action.reason.code),
+            envelope.REASON_TEXT: (
+                f"delivered {failures} times: the redelivery limit of {policy_text}"
+                if action.reason is MQRC_BACKOUT_THRESHOLD_REACHED else policy_text),
+            envelope.FAILED_AT: str(now),
+            envelope.ORIGINAL_DESTINATION: d.destination,
+            envelope.ORIGINAL_JMS_DESTINATION: jms_destination(d.destination),
+            envelope.POLICY: policy_text,
+        })
+        kind = Kind.DEAD_LETTERED if isinstance(action, Move) else Kind.UNDELIVERED
+        outcomes.append(Outcome(kind, now, original_id, d.destination, reason=action.reason,
+                                detail=policy_text, queue=where, count=failures))
+        return Copy(d.ack_id, where, tuple(headers.items()))
+
+    def _staged(self, d: Delivery, headers: dict[str, str], due_ms: int, now: int) -> Copy:
+        """A delayed redelivery: staged exactly like a delayed send, back to its queue."""
+        queue = self.layout.queue_for(due_ms - now)
+        staging = self.fmt.client_destination(queue)
+        expires = headers.get("expires", "")
+        expires_ms = int(expires) if expires.isdigit() and int(expires) > 0 else None
+        staged = envelope.staged_headers(
+            headers.items(), self.fmt, target=d.destination, staging_destination=staging,
+            due_ms=due_ms, sent_ms=now, expires_ms=expires_ms, drop=(),
+        )
+        staged.append((envelope.DELIVERY_COUNT, headers[envelope.DELIVERY_COUNT]))
+        return Copy(d.ack_id, staging, tuple(staged))

@@ -1,0 +1,164 @@
+"""Redelivery through the STOMP session, without I/O: what goes to the broker, and when."""
+
+from __future__ import annotations
+
+from adapters import rabbitmq
+from bridge.frontends.stomp import HEARTBEAT, Frame, FrameParser, serialize
+from bridge.frontends.stomp.session import Output, Session, State
+from bridge.intercept.chain import Chain
+from bridge.intercept.redelivery import RedeliveryInterceptor, delivery_count
+from bridge.staging import envelope
+from bridge.staging.levels import Layout
+from policies.redelivery import compile_table
+
+NOW = 1_800_000_000_000
+TABLE = compile_table({
+    "/queue/orders": "2:1000; 3:move(queue:dlq$error)",
+    "/queue/gone": "delete",
+})
+
+
+def session(version: str = "1.2", ack: str = "client-individual") -> Session:
+    icpt = RedeliveryInterceptor(table=TABLE, fmt=rabbitmq.FORMAT, layout=Layout(),
+                                 clock=lambda: NOW, rand=lambda: 0.5)
+    s = Session(chain=Chain([icpt]))
+    s.from_client(f"CONNECT\naccept-version:{version}\nhost:/\nlogin:u\npasscode:p\n\n\x00"
+                  .encode())
+    s.from_broker(f"CONNECTED\nversion:{version}\n\n\x00".encode())
+    assert s.state is State.CONNECTED
+    s.from_client(serialize("SUBSCRIBE", [("destination", "/queue/orders"), ("id", "s1"),
+                                          ("ack", ack)], b""))
+    s.from_client(serialize("SUBSCRIBE", [("destination", "/queue/gone"), ("id", "s2"),
+                                          ("ack", ack)], b""))
+    return s
+
+
+def message(n: int, dest: str = "/queue/orders", *extra: tuple[str, str]) -> bytes:
+    sub = "s1" if dest == "/queue/orders" else "s2"
+    return serialize("MESSAGE", [("destination", dest), ("subscription", sub),
+                                 ("message-id", f"T_{n}"), ("ack", f"a{n}"),
+                                 ("amqp-message-id", f"M{n}"), ("app", "v"),
+                                 ("content-length", "6"), *extra],
+                     b"body\x00" + bytes([n]))
+
+
+def frames(chunks: list[bytes], role: str = "server") -> list[Frame]:
+    return [f for f in FrameParser(role=role, version="1.2").feed(b"".join(chunks))
+            if f is not HEARTBEAT]  # type: ignore[misc]
+
+
+def delivered(s: Session, data: bytes) -> Frame:
+    (frame,) = frames(s.from_broker(data).to_client, role="client")
+    return frame
+
+
+def receipt(frame: Frame) -> bytes:
+    return serialize("RECEIPT", [("receipt-id", frame.get("receipt") or "")], b"")
+
+
+def test_every_delivery_carries_its_delivery_count() -> None:
+    s = session()
+    assert delivered(s, message(1)).get("JMSXDeliveryCount") == "1"
+    again = message(2, "/queue/orders", ("redelivered", "true"))
+    assert delivered(s, again).get("JMSXDeliveryCount") == "2"
+    copy = message(3, "/queue/orders", (envelope.DELIVERY_COUNT, "4"))
+    assert delivered(s, copy).get("JMSXDeliveryCount") == "5"
+    assert delivery_count({"x-delivery-count": "2", envelope.DELIVERY_COUNT: "1"}) == 4
+
+
+def test_a_nack_within_the_immediate_range_puts_a_copy_back_then_acks() -> None:
+    s = session()
+    delivered(s, message(1))
+    out = s.from_client(serialize("NACK", [("id", "a1"), ("receipt", "client-r")], b""))
+    (copy,) = frames(out.to_broker)
+    assert copy.command == "SEND" and copy.get("destination") == "/queue/orders"
+    assert copy.get(envelope.DELIVERY_COUNT) == "1" and copy.get("app") == "v"
+    assert copy.get("amqp-message-id") == "M1" and copy.body == b"body\x00\x01"
+    assert copy.get("message-id") is None and copy.get("ack") is None
+    assert out.hold
+    # the client's next frames wait for the broker's receipt
+    later = serialize("SEND", [("destination", "/queue/x")], b"next")
+    assert s.from_client(later).to_broker == []
+    done = s.from_broker(receipt(copy))
+    assert done.to_client == [] and done.unhold  # our receipt is not the client's
+    ack, send = frames(done.to_broker)
+    assert ack.command == "ACK" and ack.get("id") == "a1"
+    assert ack.get("receipt") == "client-r"  # the client's NACK receipt comes with the ACK
+    assert send.get("destination") == "/queue/x"
+
+
+def test_a_nack_in_the_delayed_range_is_staged_back_to_its_queue() -> None:
+    s = session()
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))  # count 3
+    out = s.from_client(serialize("NACK", [("id", "a1")], b""))
+    (staged,) = frames(out.to_broker)
+    assert staged.get("destination") == "/amq/queue/" + Layout().queue_for(1000)
+    assert staged.get(envelope.TARGET) == "/queue/orders"
+    assert staged.get(envelope.DUE) == str(NOW + 1000)
+    assert staged.get(envelope.MESSAGE_ID) == "M1"  # the original id travels on
+    assert staged.get(envelope.DELIVERY_COUNT) == "3"
+
+
+def test_past_the_limit_a_nack_moves_the_message_with_why() -> None:
+    s = session()
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "3")))  # count 4
+    (dead,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    assert dead.get("destination") == "/queue/dlqorderserror"
+    assert dead.get(envelope.REASON) == "MQRC_BACKOUT_THRESHOLD_REACHED"
+    assert dead.get(envelope.REASON_CODE) == "2362"
+    assert dead.get(envelope.ORIGINAL_DESTINATION) == "/queue/orders"
+    assert dead.get(envelope.ORIGINAL_JMS_DESTINATION) == "Queue[orders]"
+    assert dead.get(envelope.DELIVERY_COUNT) == "4"
+    assert "jmsjca" in (dead.get(envelope.POLICY) or "")
+
+
+def test_a_deleting_policy_just_acks() -> None:
+    s = session()
+    delivered(s, message(1, "/queue/gone"))
+    out = s.from_client(serialize("NACK", [("id", "a1")], b""))
+    (ack,) = frames(out.to_broker)
+    assert ack.command == "ACK" and ack.get("id") == "a1" and not out.hold
+
+
+def test_an_abort_goes_up_first_then_copies_replace_what_it_rolled_back() -> None:
+    s = session()
+    delivered(s, message(1))
+    s.from_client(serialize("BEGIN", [("transaction", "t")], b""))
+    assert s.from_client(serialize("ACK", [("id", "a1"), ("transaction", "t")], b"")) \
+        .to_broker  # relayed inside the transaction
+    out = s.from_client(serialize("ABORT", [("transaction", "t")], b""))
+    abort, copy = frames(out.to_broker)
+    assert abort.command == "ABORT" and copy.command == "SEND"
+    (ack,) = frames(s.from_broker(receipt(copy)).to_broker)
+    assert ack.command == "ACK" and ack.get("transaction") is None
+
+
+def test_a_lost_client_s_deliveries_are_replaced_before_the_upstream_closes() -> None:
+    s = session()
+    delivered(s, message(1))
+    delivered(s, message(2, "/queue/gone"))
+    out: Output = s.client_lost()
+    assert out.close is None
+    (copy,) = frames(out.to_broker)  # the deleted one needs no copy
+    done = s.from_broker(receipt(copy))
+    acks = frames(done.to_broker)
+    assert sorted(a.get("id") or "" for a in acks) == ["a1", "a2"]
+    assert done.close is not None
+
+
+def test_auto_ack_deliveries_and_acks_are_untouched() -> None:
+    s = session(ack="auto")
+    delivered(s, message(1))
+    assert s.client_lost().close is not None
+    s2 = session()
+    delivered(s2, message(1))
+    ack = serialize("ACK", [("id", "a1")], b"")
+    assert s2.from_client(ack).to_broker == [ack]
+
+
+def test_stomp_1_1_acks_name_message_id_and_subscription() -> None:
+    s = session(version="1.1")
+    delivered(s, message(1, "/queue/gone"))
+    (ack,) = frames(s.from_client(serialize("NACK", [("message-id", "T_1"),
+                                                     ("subscription", "s1")], b"")).to_broker)
+    assert ack.get("message-id") == "T_1" and ack.get("subscription") == "s2"
