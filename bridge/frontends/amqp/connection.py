@@ -132,14 +132,21 @@ class ProxyConnection:
     def client_data(self, data: bytes) -> list[Event]:
         """Events for bytes from the client; AmqpProtocolError (with ``events`` set to those
         before the fault) when they break the protocol: send ``error.reply()`` and close."""
-        frames = self._client.feed(data)  # a framing error carries its own events
+        framing: AmqpProtocolError | None = None
+        try:
+            frames = self._client.feed(data)
+        except AmqpProtocolError as exc:  # the frames before the bad one still count
+            framing, frames = exc, exc.events
         out: list[Event] = []
         try:
             for frame in frames:
                 self._from_client(frame, out)
         except AmqpProtocolError as exc:
-            exc.events = list(out)
+            exc.events = out
             raise
+        if framing is not None:
+            framing.events = out
+            raise framing
         return out
 
     def _from_client(self, frame: Frame | ProtocolHeader, out: list[Event]) -> None:

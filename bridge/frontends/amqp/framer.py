@@ -64,7 +64,7 @@ class ProtocolHeader:
 def method_name(index: int) -> str:
     """pamqp's name of a method index, e.g. ``Basic.Publish``; hex when unknown."""
     cls = commands.INDEX_MAPPING.get(index)
-    return str(cls.name) if cls is not None else f"method 0x{index:08x}"
+    return str(getattr(cls, "name", f"method 0x{index:08x}"))
 
 
 class Frame:

@@ -116,7 +116,8 @@ class _Link:
                 task.cancel()
             await asyncio.gather(up, down, return_exceptions=True)
             self.client_w.close()
-            self.up_w.close()
+            if self.up_w is not None:
+                self.up_w.close()
 
     async def _client_to_broker(self) -> None:
         assert self.up_w is not None
