@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import pika
 
@@ -42,7 +43,7 @@ def run(port: int, messages: int, size: int) -> tuple[float, float]:
         "127.0.0.1", port, credentials=pika.PlainCredentials("guest", "guest")
     )
     conn = pika.BlockingConnection(params)
-    channel = conn.channel()
+    channel: Any = conn.channel()
     queue = f"amqp-relay-bench-{uuid.uuid4().hex[:8]}"
     channel.queue_declare(queue, auto_delete=False)
     channel.confirm_delivery()

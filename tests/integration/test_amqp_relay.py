@@ -53,14 +53,15 @@ def _require_rabbit() -> None:
 
 
 def _hook(message: Message, frame_max: int) -> bytes | None:
-    key = message.method.routing_key
+    publish: Any = message.method  # a Basic.Publish
+    key = publish.routing_key
     if key.startswith("amqp-relay-refuse"):
         raise Refused(MQRC_EXPIRY_ERROR, "time to live shorter than the delay")
     if key.startswith("amqp-relay-rewrite"):
         props = message.properties
         props.headers = {**(props.headers or {}), "rewritten": 1}
         return publish_frames(
-            message.channel, message.method, props, message.body.upper(), frame_max
+            message.channel, publish, props, message.body.upper(), frame_max
         )
     return None
 
@@ -118,7 +119,7 @@ def declare(channel: Any, name: str) -> str:
 
 
 def test_publish_and_consume_exact(conn: pika.BlockingConnection, queue: str) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     declare(channel, queue)
     props = pika.BasicProperties(
         content_type="application/octet-stream", delivery_mode=2, priority=3,
@@ -145,7 +146,7 @@ def test_publish_and_consume_exact(conn: pika.BlockingConnection, queue: str) ->
 
 
 def test_publisher_confirms(conn: pika.BlockingConnection, queue: str) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     channel.confirm_delivery()
     declare(channel, queue)
     for i in range(200):
@@ -156,7 +157,7 @@ def test_publisher_confirms(conn: pika.BlockingConnection, queue: str) -> None:
 
 
 def test_transactions(conn: pika.BlockingConnection, queue: str) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     declare(channel, queue)
     channel.tx_select()
     channel.basic_publish("", queue, b"rolled back")
@@ -173,13 +174,13 @@ def test_transactions(conn: pika.BlockingConnection, queue: str) -> None:
 
 
 def test_mandatory_publish_returned(conn: pika.BlockingConnection, queue: str) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     returned: list[tuple[Any, Any, bytes]] = []
-    channel.add_on_return_callback(lambda _ch, m, p, b: returned.append((m, p, b)))
+    channel.add_on_return_callback(lambda _c, m, p, b: returned.append((m, p, b)))
     channel.basic_publish("", queue, b"to nowhere", pika.BasicProperties(headers={"n": 2}),
                           mandatory=True)
     for _ in range(50):
-        conn.process_data_events(time_limit=0.1)
+        conn.process_data_events(time_limit=0.1)  # type: ignore[arg-type]
         if returned:
             break
     [(method, properties, data)] = returned
@@ -257,7 +258,7 @@ def test_amqplain_login_reaches_rabbitmq(relay: _RelayThread) -> None:
 def test_garbage_closes_only_that_client(
     relay: _RelayThread, conn: pika.BlockingConnection, queue: str, garbage: bytes, code: int
 ) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     declare(channel, queue)
     channel.basic_publish("", queue, b"before")
     bad = handshake(relay.port)
@@ -286,20 +287,20 @@ def test_other_protocols_get_the_protocol_header(relay: _RelayThread, opening: b
 
 
 def test_hook_refusal_closes_the_channel(conn: pika.BlockingConnection, queue: str) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     channel.confirm_delivery()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
         channel.basic_publish("", "amqp-relay-refuse-x", b"x")
     assert info.value.reply_code == 406
     assert info.value.reply_text.startswith("MQRC_EXPIRY_ERROR")
-    other = conn.channel()  # the connection carries on
+    other: Any = conn.channel()  # the connection carries on
     declare(other, queue)
     other.basic_publish("", queue, b"still here")
     assert other.basic_get(queue, auto_ack=True)[2] == b"still here"
 
 
 def test_hook_replacement_is_what_arrives(conn: pika.BlockingConnection) -> None:
-    channel = conn.channel()
+    channel: Any = conn.channel()
     name = f"amqp-relay-rewrite-{uuid.uuid4().hex[:8]}"
     declare(channel, name)
     channel.basic_publish("", name, b"abc" * 50_000, pika.BasicProperties(headers={"a": "b"}))

@@ -235,3 +235,70 @@ def test_content_header_fields_without_decoding() -> None:
     frame = Framer(expect_header=False).feed(content_header(3, 12345))[0]
     assert isinstance(frame, Frame)
     assert (frame.content_class, frame.body_size, frame.channel) == (60, 12345, 3)
+
+
+# -- tables: checked before pamqp reads them ------------------------------------------------------
+
+
+def declare_with(table: bytes) -> bytes:
+    args = struct.pack(">H", 0) + b"\x01q" + b"\x00" + struct.pack(">I", len(table)) + table
+    return raw_frame(1, 1, struct.pack(">HH", 50, 10) + args)
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        b"\x01a" + b"A" + struct.pack(">I", 100),  # pamqp alone loops forever on this one
+        b"\x01a" + b"S" + struct.pack(">I", 100) + b"xy",
+        b"\x01a" + b"Z" + b"\x00",
+        b"\x01a",
+        b"\x05ab",
+        b"\x01a" + b"F" + struct.pack(">I", 3) + b"\x01b",
+        b"".join(b"\x01k" + b"V" for _ in range(1001)),
+        b"\x01a" + (b"A" + struct.pack(">I", 0)) * 0 + b"A" + struct.pack(">I", 5 * 40)
+        + b"A" + struct.pack(">I", 5 * 39) + b"",  # nested arrays cut short
+    ],
+    ids=["array-overrun", "longstr-overrun", "unknown-type", "key-without-value",
+         "key-overrun", "nested-table-cut", "too-many-fields", "nested-overrun"],
+)
+def test_bad_tables_are_syntax_errors(table: bytes) -> None:
+    with pytest.raises(AmqpProtocolError) as info:
+        Framer(expect_header=False).feed(declare_with(table))
+    assert info.value.reply_code == ReplyCode.SYNTAX_ERROR
+    assert (info.value.class_id, info.value.method_id) == (50, 10)
+
+
+def test_deep_tables_refused() -> None:
+    table = b""
+    for _ in range(40):
+        table = b"\x01n" + b"F" + struct.pack(">I", len(table)) + table
+    with pytest.raises(AmqpProtocolError) as info:
+        Framer(expect_header=False).feed(declare_with(table))
+    assert "nested deeper" in info.value.reply_text
+
+
+def test_every_field_type_accepted() -> None:
+    table = (
+        b"\x01t" + b"t\x01" + b"\x01b" + b"b\xff" + b"\x01B" + b"B\x01" + b"\x01s" + b"s\x00\x01"
+        + b"\x01u" + b"u\x00\x01" + b"\x01I" + b"I" + bytes(4) + b"\x01i" + b"i" + bytes(4)
+        + b"\x01l" + b"l" + bytes(8) + b"\x01L" + b"L" + bytes(8) + b"\x01f" + b"f" + bytes(4)
+        + b"\x01d" + b"d" + bytes(8) + b"\x01D" + b"D" + bytes(5) + b"\x01T" + b"T" + bytes(8)
+        + b"\x01V" + b"V" + b"\x01S" + b"S" + struct.pack(">I", 2) + b"hi"
+        + b"\x01x" + b"x" + struct.pack(">I", 1) + b"\x00"
+        + b"\x01A" + b"A" + struct.pack(">I", 2) + b"t\x00"
+        + b"\x01F" + b"F" + struct.pack(">I", 4) + b"\x01kt\x01"
+    )
+    frame = Framer(expect_header=False).feed(declare_with(table))[0]
+    assert isinstance(frame, Frame)
+    assert isinstance(frame.method, commands.Queue.Declare)
+    assert frame.method.arguments["S"] == "hi" and frame.method.arguments["F"] == {"k": True}
+
+
+def test_properties_overrun_is_a_syntax_error() -> None:
+    # headers flag set, a table announcing 50 bytes with 2 there
+    payload = struct.pack(">HHQH", 60, 0, 1, 0x2000) + struct.pack(">I", 50) + b"\x01a"
+    frame = Framer(expect_header=False).feed(raw_frame(2, 1, payload))[0]
+    assert isinstance(frame, Frame)
+    with pytest.raises(AmqpProtocolError) as info:
+        frame.content_header  # noqa: B018
+    assert info.value.reply_code == ReplyCode.SYNTAX_ERROR

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands
 
-from bridge.frontends.amqp import AmqpProtocolError, Framer, ProxyConnection
+from bridge.frontends.amqp import AmqpProtocolError, Frame, Framer, ProxyConnection
 from tests.unit.amqp_wire import HEADER, HEARTBEAT, body, content_header, method, publish
 
 VALID = st.sampled_from([
@@ -39,7 +39,7 @@ def frameish(draw: Any) -> bytes:
     channel = draw(st.sampled_from([0, 1, 2, 65535]))
     size = draw(st.one_of(st.just(len(payload)), st.integers(0, 2**32 - 1)))
     end = draw(st.sampled_from([b"\xce", b"\xce", b"\x00", b""]))
-    return struct.pack(">BHI", kind, channel, size) + payload + end
+    return bytes(struct.pack(">BHI", kind, channel, size) + payload + end)
 
 
 STREAMS = st.lists(st.one_of(VALID, frameish(), st.binary(max_size=16)), max_size=8).map(b"".join)
@@ -87,7 +87,6 @@ def test_decoding_every_frame_never_escapes(stream: bytes) -> None:
     framer = Framer(expect_header=False, validate=False, frame_max=0)
     for event in outcome(framer.feed, [stream]):
         if isinstance(event, bytes) and event[:1] in (b"\x01", b"\x02"):
-            from bridge.frontends.amqp import Frame
             frame = Frame(event[0], 0, event)
             try:
                 if event[0] == 1:
