@@ -1,0 +1,81 @@
+"""Frames the bridge writes itself, built with pamqp: closes, and a rewritten publish.
+
+Everything else the relay sends is the peers' original bytes; these are for the replies the
+bridge owes (a protocol error, a refused publish) and for a publish the interception layer
+changes (a staged copy), split into body frames by the negotiated frame_max.
+"""
+
+from __future__ import annotations
+
+from pamqp import body as pbody
+from pamqp import commands
+from pamqp import frame as pframe
+from pamqp import header as pheader
+
+# What AMQP 0-9-1 peers open with, and what RabbitMQ answers a client that sent anything else.
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# Frame overhead: type (1), channel (2), size (4) and the frame-end octet.
+FRAME_OVERHEAD = 8
+# RabbitMQ's ceiling for frame_max, used to split bodies when frame_max is 0 ("no limit").
+DEFAULT_FRAME_MAX = 131072
+
+
+def connection_close(
+    reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0
+) -> bytes:
+    """A ``Connection.Close`` frame on channel 0 (the reply text is cut to a shortstr)."""
+    method = commands.Connection.Close(reply_code, _shortstr(reply_text), class_id, method_id)
+    return pframe.marshal(method, 0)
+
+
+def channel_close(
+    channel: int, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0
+) -> bytes:
+    """A ``Channel.Close`` frame, e.g. 406 PRECONDITION_FAILED for a refused publish."""
+    method = commands.Channel.Close(reply_code, _shortstr(reply_text), class_id, method_id)
+    return pframe.marshal(method, channel)
+
+
+def channel_close_ok(channel: int) -> bytes:
+    return pframe.marshal(commands.Channel.CloseOk(), channel)
+
+
+def content_frames(
+    channel: int, properties: commands.Basic.Properties, body: bytes, frame_max: int
+) -> bytes:
+    """A content header frame and the body frames, each within ``frame_max``.
+
+    ``frame_max`` is the negotiated value (0: none agreed; RabbitMQ's 128 KiB is used). On its
+    own, this follows a Basic.Publish method frame that is kept as the client sent it.
+    """
+    if channel <= 0:
+        raise ValueError("content goes on a channel above 0")
+    limit = (frame_max or DEFAULT_FRAME_MAX) - FRAME_OVERHEAD
+    if limit <= 0:
+        raise ValueError(f"frame_max {frame_max} leaves no room for a body")
+    parts = [pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)]
+    view = memoryview(body)
+    for start in range(0, len(body), limit):
+        chunk = bytes(view[start : start + limit])
+        parts.append(pframe.marshal(pbody.ContentBody(chunk), channel))
+    return b"".join(parts)
+
+
+def publish_frames(
+    channel: int,
+    method: commands.Basic.Publish,
+    properties: commands.Basic.Properties,
+    body: bytes,
+    frame_max: int,
+) -> bytes:
+    """Method, content header and body frames of one publish; bodies split by ``frame_max``."""
+    content = content_frames(channel, properties, body, frame_max)
+    return pframe.marshal(method, channel) + content
+
+
+def _shortstr(text: str) -> str:
+    """``text`` cut so that its UTF-8 form fits a shortstr (255 bytes)."""
+    raw = text.encode()
+    if len(raw) <= 255:
+        return text
+    return raw[:255].decode(errors="ignore")

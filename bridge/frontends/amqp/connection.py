@@ -1,0 +1,293 @@
+"""One proxied AMQP 0-9-1 connection, sans I/O: client bytes and broker bytes in, events out.
+
+Every transition of the connection's state is in ``CLIENT_TRANSITIONS``: a Connection-class
+method the client sends in a state not listed there is 503 COMMAND_INVALID. The broker's
+side is trusted (RabbitMQ checks its own protocol) and only observed.
+
+Events, in the order the bytes must go out:
+
+- ``Frame`` / ``ProtocolHeader``: forward its ``raw`` bytes on, unchanged;
+- ``Message``: a whole content-bearing method (from the client: a Basic.Publish for the
+  interception hook; from the broker, when assembled: a delivery) to forward, or replace;
+- ``Forward(raw)``: bytes the bridge made, going the same way (to the broker for client data);
+- ``Answer(raw)``: bytes the bridge made, going back to whoever sent the data.
+
+A refused publish (``refuse()``, or a body above ``max_body_size``) closes its channel on
+both sides: the client gets Channel.Close with the reason, the broker a Channel.Close of its
+own; until each side's Channel.Close-Ok, that side's frames on the channel are dropped (the
+spec's rule for a closing channel) and the two Close-Oks are swallowed. The client cannot
+reopen the channel before the broker has the bridge's Close, since that went first.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Final
+
+from pamqp import commands
+
+from bridge.frontends.amqp.assembler import BROKER_CONTENT, CLIENT_CONTENT, Assembler, Message
+from bridge.frontends.amqp.builders import channel_close, channel_close_ok
+from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
+from bridge.frontends.amqp.framer import (
+    FRAME_METHOD,
+    MAX_BODY_SIZE,
+    Frame,
+    Framer,
+    ProtocolHeader,
+    method_name,
+)
+
+
+class State(Enum):
+    HANDSHAKE = "handshake"  # protocol header sent; Start, Secure, Tune and Open exchanged
+    OPEN = "open"  # Connection.Open sent: channels may be used
+    CLOSING = "closing"  # one side sent Connection.Close
+    CLOSED = "closed"  # Connection.Close-Ok sent or received: nothing more is relayed
+
+
+_C = commands.Connection
+START_OK: Final = _C.StartOk.index
+SECURE_OK: Final = _C.SecureOk.index
+TUNE_OK: Final = _C.TuneOk.index
+OPEN: Final = _C.Open.index
+CLOSE: Final = _C.Close.index
+CLOSE_OK: Final = _C.CloseOk.index
+UPDATE_SECRET: Final = _C.UpdateSecret.index
+CHANNEL_CLOSE: Final = commands.Channel.Close.index
+CHANNEL_CLOSE_OK: Final = commands.Channel.CloseOk.index
+
+# (state, Connection method the client sends) -> next state. Nothing else is allowed.
+CLIENT_TRANSITIONS: Final[dict[tuple[State, int], State]] = {
+    (State.HANDSHAKE, START_OK): State.HANDSHAKE,
+    (State.HANDSHAKE, SECURE_OK): State.HANDSHAKE,
+    (State.HANDSHAKE, TUNE_OK): State.HANDSHAKE,
+    (State.HANDSHAKE, OPEN): State.OPEN,
+    (State.HANDSHAKE, CLOSE): State.CLOSING,
+    (State.OPEN, UPDATE_SECRET): State.OPEN,
+    (State.OPEN, CLOSE): State.CLOSING,
+    (State.CLOSING, CLOSE): State.CLOSING,
+    (State.CLOSING, CLOSE_OK): State.CLOSED,
+}
+# The broker's Connection methods that move the state (any state not CLOSED).
+BROKER_TRANSITIONS: Final[dict[int, State]] = {CLOSE: State.CLOSING, CLOSE_OK: State.CLOSED}
+
+
+class Forward:
+    """Bytes the bridge made, going the same way as the data that caused them."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return f"Forward({self.raw!r})"
+
+
+class Answer:
+    """Bytes the bridge made, going back to the side whose data caused them."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return f"Answer({self.raw!r})"
+
+
+Event = Frame | ProtocolHeader | Message | Forward | Answer
+
+
+class _Closing:
+    """A channel the bridge closed: which side still owes its Channel.Close-Ok."""
+
+    __slots__ = ("client", "broker")
+
+    def __init__(self) -> None:
+        self.client = True
+        self.broker = True
+
+
+class ProxyConnection:
+    """The protocol state of one client connection and its upstream connection."""
+
+    def __init__(
+        self, *, max_body_size: int = MAX_BODY_SIZE, assemble_broker: bool = False
+    ) -> None:
+        self.state = State.HANDSHAKE
+        self.frame_max = 0  # agreed by Connection.Tune-Ok; 0 until then (or "no limit")
+        self.heartbeat = 0
+        self.max_body_size = max_body_size
+        self._client = Framer(expect_header=True, validate=True)
+        self._broker = Framer(expect_header=False, validate=False, frame_max=0)
+        self._publishes = Assembler(CLIENT_CONTENT, max_body_size=max_body_size)
+        self._deliveries = (
+            Assembler(BROKER_CONTENT, max_body_size=1 << 62) if assemble_broker else None
+        )
+        self._closing: dict[int, _Closing] = {}
+
+    # -- client -> broker -------------------------------------------------------------------
+    def client_data(self, data: bytes) -> list[Event]:
+        """Events for bytes from the client; AmqpProtocolError (with ``events`` set to those
+        before the fault) when they break the protocol: send ``error.reply()`` and close."""
+        framing: AmqpProtocolError | None = None
+        try:
+            frames = self._client.feed(data)
+        except AmqpProtocolError as exc:  # the frames before the bad one still count
+            framing, frames = exc, exc.events
+        out: list[Event] = []
+        try:
+            for frame in frames:
+                self._from_client(frame, out)
+        except AmqpProtocolError as exc:
+            exc.events = out
+            raise
+        if framing is not None:
+            framing.events = out
+            raise framing
+        return out
+
+    def _from_client(self, frame: Frame | ProtocolHeader, out: list[Event]) -> None:
+        if type(frame) is ProtocolHeader:
+            out.append(frame)
+            return
+        assert isinstance(frame, Frame)
+        channel = frame.channel
+        if self.state is State.CLOSED:
+            return  # after Connection.Close-Ok nothing more counts
+        if channel in self._closing and self._closing_client(frame, out):
+            return
+        if channel == 0 and frame.type == FRAME_METHOD:
+            index = frame.method_index
+            if index >> 16 == _C.frame_id:
+                self._connection_method(frame, index)
+                out.append(frame)
+                return
+            if index not in CLIENT_CONTENT:
+                raise AmqpProtocolError(
+                    ReplyCode.COMMAND_INVALID,
+                    f"{method_name(index)} on channel 0",
+                    class_id=index >> 16,
+                    method_id=index & 0xFFFF,
+                )
+        elif channel != 0 and self.state is State.HANDSHAKE:
+            raise AmqpProtocolError(
+                ReplyCode.UNEXPECTED_FRAME,
+                f"frame on channel {channel} before Connection.Open",
+            )
+        try:
+            event = self._publishes.receive(frame)
+        except AmqpProtocolError as exc:
+            if exc.channel == 0:
+                raise
+            out.extend(self.refuse(exc.channel, exc.reply_text, reply_code=exc.reply_code,
+                                   class_id=exc.class_id, method_id=exc.method_id))
+            return
+        if event is not None:
+            out.append(event)
+
+    def _connection_method(self, frame: Frame, index: int) -> None:
+        following = CLIENT_TRANSITIONS.get((self.state, index))
+        if following is None:
+            raise AmqpProtocolError(
+                ReplyCode.COMMAND_INVALID,
+                f"{method_name(index)} in connection state {self.state.value}",
+                class_id=index >> 16,
+                method_id=index & 0xFFFF,
+            )
+        if index == TUNE_OK:
+            tune = frame.method
+            assert isinstance(tune, _C.TuneOk)
+            self.frame_max = tune.frame_max
+            self.heartbeat = tune.heartbeat
+            self._client.frame_max = tune.frame_max
+            self._broker.frame_max = tune.frame_max
+        self.state = following
+
+    def _closing_client(self, frame: Frame, out: list[Event]) -> bool:
+        """Whether a client frame on a channel the bridge closed is consumed here."""
+        closing = self._closing[frame.channel]
+        if not closing.client:
+            return False  # the client has closed its side: the channel is its again
+        if frame.type == FRAME_METHOD:
+            index = frame.method_index
+            if index == CHANNEL_CLOSE_OK:
+                self._client_closed(frame.channel, closing)
+            elif index == CHANNEL_CLOSE:  # both closed at once: it still gets its Close-Ok
+                out.append(Answer(channel_close_ok(frame.channel)))
+                self._client_closed(frame.channel, closing)
+        return True
+
+    def _client_closed(self, channel: int, closing: _Closing) -> None:
+        closing.client = False
+        if not closing.broker:
+            del self._closing[channel]
+
+    # -- broker -> client -------------------------------------------------------------------
+    def broker_data(self, data: bytes) -> list[Event]:
+        """Events for bytes from the broker (trusted: only its framing is checked)."""
+        out: list[Event] = []
+        for frame in self._broker.feed(data):
+            assert isinstance(frame, Frame)
+            channel = frame.channel
+            if channel in self._closing and self._closing_broker(frame, out):
+                continue
+            if channel == 0 and frame.type == FRAME_METHOD:
+                following = BROKER_TRANSITIONS.get(frame.method_index)
+                if following is not None and self.state is not State.CLOSED:
+                    self.state = following
+            if self._deliveries is not None:
+                event = self._deliveries.receive(frame)
+                if event is not None:
+                    out.append(event)
+            else:
+                out.append(frame)
+        return out
+
+    def _closing_broker(self, frame: Frame, out: list[Event]) -> bool:
+        closing = self._closing[frame.channel]
+        if not closing.broker:
+            return False
+        if frame.type == FRAME_METHOD:
+            index = frame.method_index
+            if index == CHANNEL_CLOSE_OK:
+                closing.broker = False
+                if not closing.client:
+                    del self._closing[frame.channel]
+            elif index == CHANNEL_CLOSE:  # it closed the channel too: it gets its Close-Ok
+                out.append(Answer(channel_close_ok(frame.channel)))
+        if self._deliveries is not None:
+            self._deliveries.forget(frame.channel)
+        return True
+
+    # -- decisions of the interception layer ----------------------------------------------
+    def refuse(
+        self,
+        channel: int,
+        reply_text: str,
+        *,
+        reply_code: int = ReplyCode.PRECONDITION_FAILED,
+        class_id: int = commands.Basic.frame_id,
+        method_id: int = commands.Basic.Publish.frame_id,
+    ) -> list[Event]:
+        """Close ``channel`` on both sides because of a publish the bridge refuses.
+
+        Returns, in client-data direction: ``Answer`` (Channel.Close to the client, with
+        the reply code and text) and ``Forward`` (a Channel.Close to the broker).
+        """
+        if channel <= 0:
+            raise ValueError("only a channel above 0 can be refused")
+        self._publishes.forget(channel)
+        if channel in self._closing:
+            return []  # already closing: one Close per side
+        self._closing[channel] = _Closing()
+        return [
+            Answer(channel_close(channel, reply_code, reply_text, class_id, method_id)),
+            Forward(channel_close(channel, ReplyCode.REPLY_SUCCESS, "closed by jms-bridge")),
+        ]
+
+    def closing(self, channel: int) -> bool:
+        """Whether the bridge closed ``channel`` and still waits for a Close-Ok on it."""
+        return channel in self._closing

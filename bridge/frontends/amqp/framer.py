@@ -1,0 +1,331 @@
+"""Bytes -> AMQP 0-9-1 frames with limits, h11 style: receive_data(), next_event(), no I/O.
+
+Frame boundaries are read here (type, channel, size, frame-end octet); what is inside a frame
+is decoded by pamqp, on demand. Every frame keeps its original bytes (``raw``): the relay
+forwards those, because pamqp re-encodes tables in another order and narrows integers, so a
+decoded-then-encoded frame is not the frame the peer sent.
+
+Chunks are kept aside until they can complete the frame being waited for, and only then
+joined, so a large frame arriving in small pieces costs linear time, not quadratic.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from pamqp import base, commands
+from pamqp import frame as pframe
+from pamqp import header as pheader
+
+from bridge.frontends.amqp.builders import FRAME_OVERHEAD, PROTOCOL_HEADER
+from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
+from bridge.frontends.amqp.tables import check_method, check_properties
+
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_TYPES: Final = frozenset({FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT})
+# The largest frame a peer may send before Connection.Tune-Ok agrees on frame_max (the
+# spec's frame-min-size; RabbitMQ enforces it during the handshake too).
+FRAME_MIN_SIZE: Final = 4096
+# The cap on a frame when frame_max is agreed as 0 ("no limit"): RabbitMQ's largest message.
+MAX_BODY_SIZE: Final = 128 * 1024 * 1024
+
+_HEAD = struct.Struct(">BHI")
+_CONTENT = struct.Struct(">HHQ")
+
+
+class NeedData:
+    """The NEED_DATA sentinel's type: no complete frame yet."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData()
+
+
+class ProtocolHeader:
+    """The 8-byte protocol header a client opens with."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return f"ProtocolHeader({self.raw!r})"
+
+
+def method_name(index: int) -> str:
+    """pamqp's name of a method index, e.g. ``Basic.Publish``; hex when unknown."""
+    cls = commands.INDEX_MAPPING.get(index)
+    return str(getattr(cls, "name", f"method 0x{index:08x}"))
+
+
+class Frame:
+    """One frame as it came: ``raw`` is every byte of it, frame-end octet included."""
+
+    __slots__ = ("type", "channel", "raw", "_decoded")
+
+    def __init__(self, frame_type: int, channel: int, raw: bytes) -> None:
+        self.type = frame_type
+        self.channel = channel
+        self.raw = raw
+        self._decoded: object = None
+
+    def __repr__(self) -> str:
+        kind = {1: "method", 2: "header", 3: "body", 8: "heartbeat"}.get(self.type, "?")
+        what = f" {method_name(self.method_index)}" if self.type == FRAME_METHOD else ""
+        return f"<Frame {kind}{what} channel={self.channel} size={len(self.raw)}>"
+
+    @property
+    def payload(self) -> bytes:
+        return self.raw[7:-1]
+
+    @property
+    def method_index(self) -> int:
+        """(class id << 16) | method id of a method frame, without decoding its arguments."""
+        return int.from_bytes(self.raw[7:11], "big")
+
+    @property
+    def method(self) -> base.Frame:
+        """The decoded method (pamqp), decoded once; AmqpProtocolError 502 if it cannot be."""
+        if self._decoded is None:
+            if self.type != FRAME_METHOD:
+                raise TypeError(f"{self!r} is not a method frame")
+            self._decoded = _decode(self, "method")
+        assert isinstance(self._decoded, base.Frame)
+        return self._decoded
+
+    @property
+    def body_size(self) -> int:
+        """A content header's declared body size, read without decoding the properties."""
+        return int(_CONTENT.unpack_from(self.raw, 7)[2])
+
+    @property
+    def content_class(self) -> int:
+        return int(_CONTENT.unpack_from(self.raw, 7)[0])
+
+    @property
+    def content_header(self) -> pheader.ContentHeader:
+        """The decoded content header (pamqp), decoded once; AmqpProtocolError 502 if not."""
+        if self._decoded is None:
+            if self.type != FRAME_HEADER:
+                raise TypeError(f"{self!r} is not a content header frame")
+            self._decoded = _decode(self, "content header")
+        assert isinstance(self._decoded, pheader.ContentHeader)
+        return self._decoded
+
+
+def _decode(frame: Frame, what: str) -> object:
+    """pamqp's reading of one whole frame, after ``tables`` has checked its bounds (pamqp
+    would loop forever on some). Its errors are translated here, the one edge where pamqp
+    decodes, into 502 SYNTAX_ERROR: pamqp raises many kinds (its own, struct.error,
+    ValueError, IndexError, UnicodeDecodeError) for bytes it cannot read."""
+    try:
+        if frame.type == FRAME_METHOD:
+            method_class = commands.INDEX_MAPPING.get(frame.method_index)
+            if method_class is None:
+                raise ValueError("unknown method")
+            check_method(method_class, frame.raw[11:-1])
+        else:
+            check_properties(frame.raw[7:-1])
+        return pframe.unmarshal(frame.raw)[2]
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        class_id = method_id = 0
+        if frame.type == FRAME_METHOD and len(frame.raw) >= 11:
+            class_id, method_id = divmod(frame.method_index, 0x10000)
+            what = method_name(frame.method_index)
+        raise AmqpProtocolError(
+            ReplyCode.SYNTAX_ERROR,
+            f"cannot decode {what} on channel {frame.channel}: {exc}"[:200],
+            class_id=class_id,
+            method_id=method_id,
+        ) from None
+
+
+Event = Frame | ProtocolHeader
+
+
+class Framer:
+    """Frames from one direction of a connection.
+
+    ``expect_header=True`` reads a client: its first 8 bytes must be AMQP 0-9-1's protocol
+    header exactly, else the error's reply is the header RabbitMQ answers with. ``validate``
+    decodes every method frame on arrival (502 when pamqp cannot), checks heartbeats and
+    content headers; without it (the trusted broker side) only frame boundaries are checked.
+    ``frame_max`` is the largest frame accepted, including its 8 bytes of overhead; 0 means
+    "no limit", capped at ``max_frame_cap``.
+    """
+
+    __slots__ = (
+        "_expect_header", "_validate", "_frame_max", "_limit", "_cap",
+        "_data", "_pos", "_more", "_more_len", "_need", "_error",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        expect_header: bool = True,
+        validate: bool = True,
+        frame_max: int = FRAME_MIN_SIZE,
+        max_frame_cap: int = MAX_BODY_SIZE + FRAME_OVERHEAD,
+    ) -> None:
+        self._expect_header = expect_header
+        self._validate = validate
+        self._cap = max_frame_cap
+        self._frame_max = frame_max
+        self._limit = min(frame_max, max_frame_cap) if frame_max else max_frame_cap
+        self._data = b""
+        self._pos = 0
+        self._more: list[bytes] = []
+        self._more_len = 0
+        self._need = 1  # bytes needed from _pos before parsing is worth trying
+        self._error: AmqpProtocolError | None = None
+
+    @property
+    def frame_max(self) -> int:
+        """The agreed frame_max (0: no limit agreed); settable when Tune-Ok is seen."""
+        return self._frame_max
+
+    @frame_max.setter
+    def frame_max(self, value: int) -> None:
+        self._frame_max = value
+        self._limit = min(value, self._cap) if value else self._cap
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as a frame."""
+        return len(self._data) - self._pos + self._more_len
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes from the peer; nothing is parsed until next_event()."""
+        if self._error is not None:
+            raise self._error
+        if data:
+            self._more.append(bytes(data))
+            self._more_len += len(data)
+
+    def next_event(self) -> Event | NeedData:
+        """The next frame (or the protocol header), or NEED_DATA.
+
+        Raises AmqpProtocolError, and then the same error on every later call.
+        """
+        if self._error is not None:
+            raise self._error
+        if self.buffered < self._need:
+            return NEED_DATA
+        if self._more:
+            self._join()
+        try:
+            return self._parse()
+        except AmqpProtocolError as exc:
+            self._error = exc
+            raise
+
+    def feed(self, data: bytes) -> list[Event]:
+        """receive_data(data), then every complete event; on an error the events parsed
+        from this call before it are in the error's ``events``."""
+        self.receive_data(data)
+        events: list[Event] = []
+        while True:
+            try:
+                event = self.next_event()
+            except AmqpProtocolError as exc:
+                exc.events = list(events)
+                raise
+            if event is NEED_DATA:
+                return events
+            events.append(event)  # type: ignore[arg-type]
+
+    def _join(self) -> None:
+        more = self._more
+        if self._pos >= len(self._data) and len(more) == 1:
+            self._data = more[0]
+        else:
+            more.insert(0, self._data[self._pos :])
+            self._data = b"".join(more)
+        self._pos = 0
+        more.clear()
+        self._more_len = 0
+
+    def _parse(self) -> Event | NeedData:
+        data, pos = self._data, self._pos
+        avail = len(data) - pos
+        if self._expect_header:
+            seen = data[pos : pos + 8]
+            if not PROTOCOL_HEADER.startswith(seen):
+                raise AmqpProtocolError(
+                    ReplyCode.FRAME_ERROR,
+                    f"bad protocol header {seen!r}: AMQP 0-9-1 only",
+                    bad_header=True,
+                )
+            if avail < 8:
+                self._need = 8
+                return NEED_DATA
+            self._expect_header = False
+            self._advance(8)
+            return ProtocolHeader(seen)
+        if avail < 7:
+            self._need = 7
+            return NEED_DATA
+        frame_type, channel, size = _HEAD.unpack_from(data, pos)
+        if frame_type not in FRAME_TYPES:
+            raise AmqpProtocolError(
+                ReplyCode.FRAME_ERROR,
+                f"unknown frame type {frame_type}, first octets {data[pos:pos + 7]!r}",
+            )
+        total = size + FRAME_OVERHEAD
+        if total > self._limit:
+            raise AmqpProtocolError(
+                ReplyCode.FRAME_ERROR,
+                f"frame of {total} bytes on channel {channel} exceeds frame_max {self._limit}",
+            )
+        if avail < total:
+            self._need = total
+            return NEED_DATA
+        end = pos + total
+        if data[end - 1] != FRAME_END:
+            raise AmqpProtocolError(
+                ReplyCode.FRAME_ERROR,
+                f"frame end octet 0x{data[end - 1]:02x} on channel {channel}, not 0xce",
+            )
+        frame = Frame(frame_type, channel, data[pos:end])
+        self._advance(total)
+        if self._validate:
+            _check(frame, size)
+        return frame
+
+    def _advance(self, count: int) -> None:
+        self._pos += count
+        self._need = 1
+        if self._pos >= len(self._data):
+            self._data = b""
+            self._pos = 0
+
+
+def _check(frame: Frame, size: int) -> None:
+    """What a frame must be on its own (the assembler checks frames in their sequence)."""
+    if frame.type == FRAME_METHOD:
+        if size < 4:
+            raise AmqpProtocolError(
+                ReplyCode.SYNTAX_ERROR, f"method frame of {size} bytes on channel {frame.channel}"
+            )
+        frame.method  # noqa: B018 - decoded now, so that a bad one is refused now
+    elif frame.type == FRAME_HEARTBEAT:
+        if frame.channel != 0 or size != 0:
+            raise AmqpProtocolError(
+                ReplyCode.FRAME_ERROR,
+                f"heartbeat frame on channel {frame.channel} with {size} payload bytes",
+            )
+    elif frame.type == FRAME_HEADER and size < 14:
+        raise AmqpProtocolError(
+            ReplyCode.SYNTAX_ERROR,
+            f"content header frame of {size} bytes on channel {frame.channel}",
+        )

@@ -1,0 +1,226 @@
+"""asyncio glue for the AMQP 0-9-1 front-end: sockets in, ``ProxyConnection`` decides, out.
+
+Each accepted client gets its own TCP connection to the broker's AMQP port; the client's own
+handshake (protocol header, Start-Ok with PLAIN or AMQPLAIN, Tune-Ok, Open) is relayed on it
+unchanged, so the broker authenticates every client and answers it in its own words. Frames
+go both ways as their original bytes. A client publish is offered to the one hook point,
+``PublishHook``; a malformed client frame closes that client with the Connection.Close the
+core names. A side is read only once the other side's writer has drained (back-pressure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable
+
+from bridge import logs
+from bridge.frontends.amqp.assembler import Message
+from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
+from bridge.frontends.amqp.errors import AmqpProtocolError
+from bridge.frontends.amqp.framer import MAX_BODY_SIZE
+from policies.errors import Refused
+
+# The interception layer's hook: called with each whole client Basic.Publish and the agreed
+# frame_max (for building replacement frames). It returns None to relay the original bytes,
+# replacement bytes to send upstream instead, or raises Refused to close the channel with
+# 406 PRECONDITION_FAILED whose reply text starts with the reason name. It may be async.
+PublishHook = Callable[[Message, int], bytes | None | Awaitable[bytes | None]]
+
+READ_SIZE = 256 * 1024
+_ids = itertools.count(1)
+
+
+class AmqpRelay:
+    """Accepts AMQP clients and relays each to its own upstream connection."""
+
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        *,
+        hook: PublishHook | None = None,
+        max_body_size: int = MAX_BODY_SIZE,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.hook = hook
+        self.max_body_size = max_body_size
+        self.connect_timeout = connect_timeout
+        self.protocol_errors = 0
+        self.log = logs.get("amqp")
+        self._server: asyncio.Server | None = None
+        self._links: set[asyncio.Task[None]] = set()
+
+    async def listen(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(
+            self._accept, host, port, reuse_address=True, backlog=512, limit=READ_SIZE
+        )
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop accepting and drop every link."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._links):
+            task.cancel()
+        await asyncio.gather(*self._links, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._links.add(task)
+        try:
+            await _Link(self, reader, writer).run()
+        finally:
+            self._links.discard(task)
+
+
+class _Link:
+    """One client connection and the upstream connection opened for it."""
+
+    def __init__(
+        self, relay: AmqpRelay, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.relay = relay
+        self.conn = ProxyConnection(max_body_size=relay.max_body_size)
+        self.client_r, self.client_w = reader, writer
+        self.up_r: asyncio.StreamReader | None = None
+        self.up_w: asyncio.StreamWriter | None = None
+        peer = writer.get_extra_info("peername")
+        self.log = relay.log.bind(conn=next(_ids), peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+
+    async def run(self) -> None:
+        host, port = self.relay.upstream
+        try:
+            self.up_r, self.up_w = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=READ_SIZE), self.relay.connect_timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            self.log.warning("upstream unreachable", upstream=f"{host}:{port}", error=str(exc))
+            self.client_w.close()
+            return
+        up = asyncio.create_task(self._client_to_broker())
+        down = asyncio.create_task(self._broker_to_client())
+        try:
+            await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (up, down):
+                task.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+            self.client_w.close()
+            if self.up_w is not None:
+                self.up_w.close()
+
+    async def _client_to_broker(self) -> None:
+        assert self.up_w is not None
+        read = self.client_r.read
+        while True:
+            data = await read(READ_SIZE)
+            if not data:
+                return  # client gone: the link closes both sides
+            try:
+                events = self.conn.client_data(data)
+            except AmqpProtocolError as exc:
+                self.relay.protocol_errors += 1
+                self.log.info("client protocol error", code=exc.reply_code, text=exc.reply_text)
+                await self._carry(exc.events)
+                self.client_w.write(exc.reply())
+                await self.client_w.drain()
+                return
+            await self._carry(events)
+
+    async def _carry(self, events: list[Event]) -> None:
+        """Write client-data events out: frames and messages upstream, answers to the client."""
+        assert self.up_w is not None
+        up: list[bytes] = []
+        back: list[bytes] = []
+        for event in events:
+            if type(event) is Message:
+                out = await self._offer(event)
+                if isinstance(out, bytes):
+                    up.append(out)
+                else:
+                    for made in out:
+                        (back if type(made) is Answer else up).append(made.raw)
+            elif type(event) is Answer:
+                back.append(event.raw)
+            else:
+                up.append(event.raw)
+        if back:
+            self.client_w.write(b"".join(back))
+        if up:
+            self.up_w.write(b"".join(up))
+            await self.up_w.drain()
+
+    async def _offer(self, message: Message) -> bytes | list[Event]:
+        """The hook's answer for one publish: bytes to send up, or the refusal's events."""
+        hook = self.relay.hook
+        if hook is None:
+            return message.raw
+        try:
+            result = hook(message, self.conn.frame_max)
+            if inspect.isawaitable(result):
+                result = await result
+        except Refused as exc:
+            self.log.info("publish refused", channel=message.channel, reason=exc.reason.name)
+            return self.conn.refuse(message.channel, str(exc))
+        return message.raw if result is None else result
+
+    async def _broker_to_client(self) -> None:
+        assert self.up_r is not None and self.up_w is not None
+        read = self.up_r.read
+        while True:
+            data = await read(READ_SIZE)
+            if not data:
+                await self.client_w.drain()
+                return  # broker closed: the client's connection goes too
+            down: list[bytes] = []
+            back: list[bytes] = []
+            for event in self.conn.broker_data(data):
+                if type(event) is Answer:
+                    back.append(event.raw)
+                elif type(event) is not Forward:
+                    down.append(event.raw)
+            if back:
+                self.up_w.write(b"".join(back))
+            if down:
+                self.client_w.write(b"".join(down))
+                await self.client_w.drain()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def _serve(listen: tuple[str, int], upstream: tuple[str, int]) -> None:
+    relay = AmqpRelay(*upstream)
+    await relay.listen(*listen)
+    relay.log.info("amqp relay listening", listen=f"{listen[0]}:{relay.port}",
+                   upstream=f"{upstream[0]}:{upstream[1]}")
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bridge.frontends.amqp.server``: the relay alone, with no interception."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--listen", default="127.0.0.1:5695")
+    parser.add_argument("--upstream", default="127.0.0.1:5672")
+    args = parser.parse_args(argv)
+    logs.configure("console", "info")
+    try:
+        asyncio.run(_serve(_address(args.listen), _address(args.upstream)))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

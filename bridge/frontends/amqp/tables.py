@@ -1,0 +1,128 @@
+"""A bounds check of a method's arguments and a content header's properties, walked over the
+bytes before pamqp decodes them.
+
+pamqp trusts lengths: a field array that announces more bytes than the frame holds makes its
+decoder loop forever (an empty rest decodes as a zero-byte void), and every table entry is
+decoded from a fresh copy of the rest of the buffer. So a frame is walked here first, without
+decoding anything: every length within the frame, every field type known, and at most
+``max_fields`` table and array entries, which bounds what pamqp's copying can cost.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from pamqp import commands
+
+MAX_FIELDS: Final = 1000  # table and array entries per frame, all levels together
+MAX_DEPTH: Final = 32
+
+_FIXED: Final = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
+# Field value types (RabbitMQ's errata, as pamqp reads them) of a fixed size.
+_FIELD_FIXED: Final = {
+    ord("t"): 1, ord("b"): 1, ord("B"): 1, ord("s"): 2, ord("u"): 2, ord("I"): 4, ord("i"): 4,
+    ord("l"): 8, ord("L"): 8, ord("f"): 4, ord("d"): 8, ord("D"): 5, ord("T"): 8,
+    ord("V"): 0, 0: 0,
+}  # fmt: skip
+_LONG: Final = struct.Struct(">I")
+
+
+class _Walk:
+    __slots__ = ("data", "fields")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.fields = 0
+
+    def need(self, pos: int, count: int, what: str) -> int:
+        end = pos + count
+        if end > len(self.data):
+            raise ValueError(f"{what} runs past the end of the frame")
+        return end
+
+    def value(self, pos: int, kind: str) -> int:
+        if kind in _FIXED:
+            return self.need(pos, _FIXED[kind], kind)
+        if kind == "shortstr":
+            self.need(pos, 1, kind)
+            return self.need(pos + 1, self.data[pos], kind)
+        self.need(pos, 4, kind)
+        length = _LONG.unpack_from(self.data, pos)[0]
+        end = self.need(pos + 4, length, kind)
+        if kind == "table":
+            self.table(pos + 4, end, 0)
+        elif kind != "longstr":
+            raise ValueError(f"unknown argument type {kind}")
+        return end
+
+    def table(self, pos: int, end: int, depth: int) -> None:
+        while pos < end:
+            self.need(pos, 1, "table key")
+            pos = self.need(pos + 1, self.data[pos], "table key")
+            pos = self.field(pos, end, depth)
+
+    def array(self, pos: int, end: int, depth: int) -> None:
+        while pos < end:
+            pos = self.field(pos, end, depth)
+
+    def field(self, pos: int, end: int, depth: int) -> int:
+        self.fields += 1
+        if self.fields > MAX_FIELDS:
+            raise ValueError(f"more than {MAX_FIELDS} table entries")
+        if pos >= end:
+            raise ValueError("table entry without a value")
+        kind = self.data[pos]
+        pos += 1
+        size = _FIELD_FIXED.get(kind)
+        if size is not None:
+            stop = pos + size
+        else:
+            if kind not in b"SxAF":
+                raise ValueError(f"unknown field type {bytes([kind])!r}")
+            if pos + 4 > end:
+                raise ValueError("field length runs past its table")
+            stop = pos + 4 + _LONG.unpack_from(self.data, pos)[0]
+            if stop <= end and kind in b"AF":
+                if depth >= MAX_DEPTH:
+                    raise ValueError(f"tables nested deeper than {MAX_DEPTH}")
+                (self.array if kind == ord("A") else self.table)(pos + 4, stop, depth + 1)
+        if stop > end:
+            raise ValueError("field value runs past its table")
+        return stop
+
+
+def check_method(method_class: type, args: bytes) -> None:
+    """Raise ValueError unless ``args`` hold every argument of ``method_class`` in bounds."""
+    walk = _Walk(args)
+    pos = 0
+    bits = 0
+    for name in method_class.__slots__:  # type: ignore[attr-defined]
+        kind = getattr(method_class, "_" + name)
+        if kind == "bit":
+            if bits % 8 == 0:
+                pos = walk.need(pos, 1, "bit")
+            bits += 1
+            continue
+        bits = 0
+        pos = walk.value(pos, kind)
+
+
+def check_properties(payload: bytes) -> None:
+    """Raise ValueError unless a content header payload's properties are all in bounds."""
+    walk = _Walk(payload)
+    pos = walk.need(0, 12, "content header")
+    flags = 0
+    word = 0
+    while True:
+        walk.need(pos, 2, "property flags")
+        part = int.from_bytes(payload[pos : pos + 2], "big")
+        pos += 2
+        flags |= part << (16 * word)
+        word += 1
+        if not part & 1:
+            break
+    props = commands.Basic.Properties
+    for name in props.__slots__:
+        if flags & props.flags[name]:
+            pos = walk.value(pos, getattr(props, "_" + name))
