@@ -39,6 +39,8 @@ def test_send_and_subscribe_as_if_direct(
     direct = _roundtrip(broker.stomp_port, broker, dest, version)
     assert [body for body, _ in through] == [f"hello {i}" for i in range(10)]
     assert [h["seq"] for _, h in through] == [str(i) for i in range(10)]
+    # The one difference: the bridge tells every consumer its delivery count.
+    assert [h.pop("JMSXDeliveryCount") for _, h in through] == ["1"] * 10
     assert through == direct
     if version != "1.0":
         assert through[0][1]["app-header"] == "a:b\\cé"
@@ -80,26 +82,26 @@ def test_ack_mode_client_individual(bridge: BridgeProcess, broker: Broker, queue
     assert [m.body for m in rest] == ["1"]
 
 
-def test_nack_reaches_the_broker(bridge: BridgeProcess, broker: Broker, queue: str) -> None:
-    """RabbitMQ requeues a NACKed message; ActiveMQ treats it as poison (to ActiveMQ.DLQ,
-    which by default takes persistent messages only)."""
+def test_a_nack_is_handled_by_the_destination_s_policy(
+    bridge: BridgeProcess, broker: Broker, queue: str,
+) -> None:
+    """Not the broker's own NACK handling (RabbitMQ requeues, ActiveMQ dead-letters at once):
+    with no policy configured, JMSJCA's default redelivers the first three failures at once,
+    and the redelivery carries its JMSXDeliveryCount."""
     dest = broker.queue_destination(queue)
     conn, inbox = _open(bridge, broker)
     conn.send(dest, "bad", headers={"mark": queue, "persistent": "true"})
     conn.subscribe(dest, id="n", ack="client-individual")
     first = inbox.take(1)
     assert [m.body for m in first] == ["bad"]
+    assert first[0].headers["JMSXDeliveryCount"] == "1"
     conn.nack(ack_id(first[0]))
-    if broker.name == "rabbitmq":
-        again = inbox.take(1)
-        assert [m.body for m in again] == ["bad"]
-        assert again[0].headers.get("redelivered") == "true"
-        conn.ack(ack_id(again[0]))
-    else:
-        conn.subscribe("/queue/ActiveMQ.DLQ", id="dlq", ack="auto",
-                       headers={"selector": f"mark = '{queue}'"})
-        dead = inbox.take(1)
-        assert [m.body for m in dead] == ["bad"]
+    again = inbox.take(1)
+    assert [m.body for m in again] == ["bad"]
+    assert again[0].headers["JMSXDeliveryCount"] == "2"
+    assert again[0].headers["mark"] == queue
+    conn.ack(ack_id(again[0]))
+    assert inbox.quiet(0.5) == []
     conn.disconnect()
 
 

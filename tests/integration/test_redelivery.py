@@ -1,0 +1,159 @@
+"""Redelivery policies end to end: a real consumer NACKs through the bridge until its policy
+moves, dead-letters or deletes the message, on both brokers, in every dialect.
+
+The expected action for each failure comes from the policy model itself (``decide``); what is
+tested here is that the bridge carries it out: the delays between deliveries are never shorter
+than the policy's, the delivery count is right on every delivery, and the message ends where
+the policy says, with why.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.staging import envelope
+from policies.redelivery import Delete, Move, Redeliver, Undelivered, compile_table, decide
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import Broker
+from tests.integration.clients import connect
+
+RUN = uuid.uuid4().hex[:6]
+UNDELIVERED = f"jbt-rd-{RUN}-undelivered"
+POLICIES: dict[str, object] = {
+    f"/queue/jbt-rd-{RUN}-jmsjca.*": "1:300; 2:600; 3:move(queue:$.dlq)",
+    f"/queue/jbt-rd-{RUN}-weblogic.*": {
+        "dialect": "weblogic", "redelivery-delay": 400, "redelivery-limit": 1,
+        "error-destination": f"/queue/jbt-rd-{RUN}-wl-errors"},
+    f"/queue/jbt-rd-{RUN}-jboss.*": {
+        "dialect": "jboss", "DefaultRedeliveryDelay": 200, "DefaultMaxDeliveryAttempts": 3,
+        "DefaultDLQ": f"/queue/jbt-rd-{RUN}-jboss-dlq"},
+    f"/queue/jbt-rd-{RUN}-websphere.*": {
+        "dialect": "websphere", "maxFailedDeliveries": 2,
+        "exceptionDestination": f"/queue/jbt-rd-{RUN}-ws-exceptions"},
+    f"/queue/jbt-rd-{RUN}-tibco.*": {"dialect": "tibco", "maxRedelivery": 2},
+    f"/queue/jbt-rd-{RUN}-activemq.*": {
+        "dialect": "activemq", "initialRedeliveryDelay": 200, "redeliveryDelay": 100,
+        "useExponentialBackOff": True, "backOffMultiplier": 3, "maximumRedeliveries": 2,
+        "deadLetterQueue": f"jbt-rd-{RUN}-amq-dlq"},
+    f"/queue/jbt-rd-{RUN}-artemis.*": {
+        "dialect": "artemis", "redelivery-delay": 150, "redelivery-delay-multiplier": 2,
+        "max-delivery-attempts": 3, "dead-letter-address": f"/queue/jbt-rd-{RUN}-artemis-dla"},
+    f"/queue/jbt-rd-{RUN}-delete.*": "delete",
+}
+TABLE = compile_table(POLICIES)
+
+
+@pytest.fixture(scope="module")
+def rd_bridge(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+    tmp = tmp_path_factory.mktemp("redelivery")
+    config = tmp / "bridge.yaml"
+    config.write_text(yaml.safe_dump({"redelivery": POLICIES}))
+    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp / "bridge.log",
+                         extra=["--config", str(config), "--undelivered-queue", UNDELIVERED])
+    proc.start()
+    yield proc
+    assert proc.stop() == 0, proc.log()
+
+
+def _dest(kind: str) -> str:
+    return f"/queue/jbt-rd-{RUN}-{kind}.{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("kind", ["jmsjca", "weblogic", "jboss", "websphere", "tibco",
+                                  "activemq", "artemis", "delete"])
+def test_a_consumer_that_always_fails_meets_its_policy(
+    rd_bridge: BridgeProcess, broker: Broker, kind: str, tmp_path: Path,
+) -> None:
+    dest = _dest(kind)
+    _, policy = TABLE.lookup(dest)
+    mark = uuid.uuid4().hex
+    headers = {"mark": mark, "persistent": "true"}
+    if kind == "tibco":
+        headers["JMS_TIBCO_PRESERVE_UNDELIVERED"] = "true"
+    conn, inbox = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "poison", headers=headers)
+    conn.subscribe(dest, id="c", ack="client-individual")
+    failures, nacked_at = 0, 0.0
+    while True:
+        got = inbox.take(1, timeout=15)
+        assert got, f"delivery {failures + 1} never came ({kind}); log:\n{rd_bridge.log()[-3000:]}"
+        arrived = time.monotonic()
+        message = got[0]
+        assert message.body == "poison" and message.headers["mark"] == mark
+        assert message.headers["JMSXDeliveryCount"] == str(failures + 1)
+        if failures:
+            action = decide(policy, failures, dest, headers, 0.5)
+            assert isinstance(action, Redeliver)
+            waited_ms = (arrived - nacked_at) * 1000
+            assert waited_ms >= action.delay_ms - 2, (kind, failures, waited_ms, action)
+        failures += 1
+        nacked_at = time.monotonic()
+        conn.nack(message.headers["ack"])
+        action = decide(policy, failures, dest, headers, 0.5)
+        if not isinstance(action, Redeliver):
+            break
+    assert inbox.quiet(0.3) == []
+    if isinstance(action, Delete):
+        conn.disconnect()
+        return
+    where = action.destination if isinstance(action, Move) else f"/queue/{UNDELIVERED}"
+    assert isinstance(action, Move | Undelivered)
+    conn.subscribe(where, id="dead", ack="auto", headers={"selector": f"mark = '{mark}'"}
+                   if broker.name == "activemq" else {})
+    dead = [m for m in inbox.take(1, timeout=10) if m.headers.get("mark") == mark]
+    conn.disconnect()
+    assert len(dead) == 1, f"{kind}: nothing on {where}"
+    h = dead[0].headers
+    assert dead[0].body == "poison"
+    assert h[envelope.REASON] == "MQRC_BACKOUT_THRESHOLD_REACHED"
+    assert h[envelope.REASON_CODE] == "2362"
+    assert h[envelope.ORIGINAL_DESTINATION] == dest
+    assert h[envelope.ORIGINAL_JMS_DESTINATION] == f"Queue[{dest.rsplit('/', 1)[1]}]"
+    assert h[envelope.DELIVERY_COUNT] == str(failures)
+    assert h[envelope.POLICY].startswith(policy.dialect)
+
+
+def test_an_abort_of_a_transaction_that_acked_counts_as_a_failure(
+    rd_bridge: BridgeProcess, broker: Broker,
+) -> None:
+    dest = _dest("jmsjca")
+    conn, inbox = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "rolled back")
+    conn.subscribe(dest, id="c", ack="client-individual")
+    (first,) = inbox.take(1)
+    tx = conn.begin()
+    conn.ack(first.headers["ack"], transaction=tx)
+    conn.abort(tx)
+    again = inbox.take(1)
+    assert [m.body for m in again] == ["rolled back"]
+    assert again[0].headers["JMSXDeliveryCount"] == "2"
+    conn.ack(again[0].headers["ack"])
+    assert inbox.quiet(0.5) == []
+    conn.disconnect()
+
+
+def test_a_consumer_that_goes_away_unsettled_counts_as_a_failure(
+    rd_bridge: BridgeProcess, broker: Broker,
+) -> None:
+    dest = _dest("jmsjca")
+    conn, inbox = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "left behind", receipt="sent")
+    assert inbox.wait_receipt("sent")
+    conn.subscribe(dest, id="c", ack="client-individual")
+    assert [m.body for m in inbox.take(1)] == ["left behind"]
+    conn.disconnect()  # without an ACK
+    other, inbox2 = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    other.subscribe(dest, id="c2", ack="client-individual")
+    again = inbox2.take(1)
+    assert [m.body for m in again] == ["left behind"]
+    assert again[0].headers["JMSXDeliveryCount"] == "2"
+    other.ack(again[0].headers["ack"])
+    assert inbox2.quiet(0.5) == []
+    other.disconnect()
