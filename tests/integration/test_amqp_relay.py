@@ -21,7 +21,7 @@ import pytest
 from pamqp import commands, encode
 from pamqp import frame as pframe
 
-from bridge.frontends.amqp import PROTOCOL_HEADER, Message, publish_frames
+from bridge.frontends.amqp import PROTOCOL_HEADER, Message, ProxyConnection, publish_frames
 from bridge.frontends.amqp.server import AmqpRelay
 from policies.errors import Refused
 from policies.reasons import MQRC_EXPIRY_ERROR
@@ -52,7 +52,7 @@ def _require_rabbit() -> None:
     pytest.skip(message)
 
 
-def _hook(message: Message, frame_max: int) -> bytes | None:
+def _hook(message: Message, conn: ProxyConnection) -> bytes | None:
     publish: Any = message.method  # a Basic.Publish
     key = publish.routing_key
     if key.startswith("amqp-relay-refuse"):
@@ -61,7 +61,7 @@ def _hook(message: Message, frame_max: int) -> bytes | None:
         props = message.properties
         props.headers = {**(props.headers or {}), "rewritten": 1}
         return publish_frames(
-            message.channel, publish, props, message.body.upper(), frame_max
+            message.channel, publish, props, message.body.upper(), conn.frame_max
         )
     return None
 

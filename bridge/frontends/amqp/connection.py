@@ -100,6 +100,31 @@ class Answer:
 Event = Frame | ProtocolHeader | Message | Forward | Answer
 
 
+def credentials(start_ok: object) -> tuple[str | None, str | None]:
+    """The user and password of a Connection.Start-Ok (PLAIN or AMQPLAIN); None when another
+    mechanism or an unreadable response."""
+    mechanism = getattr(start_ok, "mechanism", "")
+    response = getattr(start_ok, "response", "") or ""
+    if isinstance(response, bytes):
+        response = response.decode("utf-8", "replace")
+    if mechanism == "PLAIN":
+        parts = response.split("\0")
+        if len(parts) == 3:
+            return parts[1], parts[2]
+    elif mechanism == "AMQPLAIN":
+        from pamqp import decode
+
+        try:
+            raw = response.encode("latin-1") if isinstance(response, str) else response
+            _, table = decode.field_table(len(raw).to_bytes(4, "big") + raw)
+        except Exception:  # noqa: BLE001 - an unreadable response: no principal, the broker judges
+            return None, None
+        login, password = table.get("LOGIN"), table.get("PASSWORD")
+        return (str(login) if login is not None else None,
+                str(password) if password is not None else None)
+    return None, None
+
+
 class _Closing:
     """A channel the bridge closed: which side still owes its Channel.Close-Ok."""
 
@@ -119,6 +144,10 @@ class ProxyConnection:
         self.state = State.HANDSHAKE
         self.frame_max = 0  # agreed by Connection.Tune-Ok; 0 until then (or "no limit")
         self.heartbeat = 0
+        # Who the client said it is (the broker authenticates it): for checks made as it.
+        self.login: str | None = None
+        self.passcode: str | None = None
+        self.vhost: str | None = None
         self.max_body_size = max_body_size
         self._client = Framer(expect_header=True, validate=True)
         self._broker = Framer(expect_header=False, validate=False, frame_max=0)
@@ -197,6 +226,10 @@ class ProxyConnection:
                 class_id=index >> 16,
                 method_id=index & 0xFFFF,
             )
+        if index == START_OK:
+            self.login, self.passcode = credentials(frame.method)
+        elif index == OPEN:
+            self.vhost = getattr(frame.method, "virtual_host", None) or "/"
         if index == TUNE_OK:
             tune = frame.method
             assert isinstance(tune, _C.TuneOk)

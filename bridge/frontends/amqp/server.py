@@ -16,18 +16,22 @@ import inspect
 import itertools
 from collections.abc import Awaitable, Callable
 
-from bridge import logs
+import structlog
+
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
 from bridge.frontends.amqp.errors import AmqpProtocolError
 from bridge.frontends.amqp.framer import MAX_BODY_SIZE
+from bridge.frontends.stats import RelayStats
 from policies.errors import Refused
 
-# The interception layer's hook: called with each whole client Basic.Publish and the agreed
-# frame_max (for building replacement frames). It returns None to relay the original bytes,
-# replacement bytes to send upstream instead, or raises Refused to close the channel with
+# The interception layer's hook: called with each whole client Basic.Publish and its
+# connection (its frame_max for building replacement frames, and who the client is). It returns
+# None to relay the original bytes, replacement bytes to send upstream instead, or raises Refused to close the channel with
 # 406 PRECONDITION_FAILED whose reply text starts with the reason name. It may be async.
-PublishHook = Callable[[Message, int], bytes | None | Awaitable[bytes | None]]
+PublishHook = Callable[
+    [Message, ProxyConnection], bytes | None | Awaitable[bytes | None]
+]
 
 READ_SIZE = 256 * 1024
 _ids = itertools.count(1)
@@ -44,13 +48,15 @@ class AmqpRelay:
         hook: PublishHook | None = None,
         max_body_size: int = MAX_BODY_SIZE,
         connect_timeout: float = 10.0,
+        stats: RelayStats | None = None,
     ) -> None:
         self.upstream = (upstream_host, upstream_port)
+        self.stats = stats or RelayStats()
         self.hook = hook
         self.max_body_size = max_body_size
         self.connect_timeout = connect_timeout
         self.protocol_errors = 0
-        self.log = logs.get("amqp")
+        self.log = structlog.get_logger("amqp")
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.Task[None]] = set()
 
@@ -77,10 +83,13 @@ class AmqpRelay:
         task = asyncio.current_task()
         assert task is not None
         self._links.add(task)
+        self.stats.connections_open += 1
+        self.stats.connections_total += 1
         try:
             await _Link(self, reader, writer).run()
         finally:
             self._links.discard(task)
+            self.stats.connections_open -= 1
 
 
 class _Link:
@@ -166,11 +175,12 @@ class _Link:
         if hook is None:
             return message.raw
         try:
-            result = hook(message, self.conn.frame_max)
+            result = hook(message, self.conn)
             if inspect.isawaitable(result):
                 result = await result
         except Refused as exc:
             self.log.info("publish refused", channel=message.channel, reason=exc.reason.name)
+            self.relay.stats.refusals[exc.reason.name] += 1
             return self.conn.refuse(message.channel, str(exc))
         return message.raw if result is None else result
 
@@ -215,7 +225,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen", default="127.0.0.1:5695")
     parser.add_argument("--upstream", default="127.0.0.1:5672")
     args = parser.parse_args(argv)
-    logs.configure("console", "info")
     try:
         asyncio.run(_serve(_address(args.listen), _address(args.upstream)))
     except KeyboardInterrupt:
