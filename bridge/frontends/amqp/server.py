@@ -27,8 +27,9 @@ from policies.errors import Refused
 
 # The interception layer's hook: called with each whole client Basic.Publish and its
 # connection (its frame_max for building replacement frames, and who the client is). It returns
-# None to relay the original bytes, replacement bytes to send upstream instead, or raises Refused to close the channel with
-# 406 PRECONDITION_FAILED whose reply text starts with the reason name. It may be async.
+# None to relay the original bytes, replacement bytes to send upstream instead, or raises
+# Refused to close the channel with 406 PRECONDITION_FAILED whose reply text starts with the
+# reason name. It may be async.
 PublishHook = Callable[
     [Message, ProxyConnection], bytes | None | Awaitable[bytes | None]
 ]
