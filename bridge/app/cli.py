@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(run)
     run.add_argument("--stomp-listen", metavar="HOST:PORT")
     run.add_argument("--admin-listen", metavar="HOST:PORT")
+    run.add_argument("--amqp-listen", metavar="HOST:PORT",
+                     help="accept AMQP 0-9-1 clients here (RabbitMQ only; off unless given)")
     run.add_argument("--staging-engine", metavar="on|off",
                      help="release staged messages in this process (off: only stage them)")
     run.add_argument("--staging-level-prefetch", metavar="N",

@@ -35,6 +35,8 @@ class Settings:
     upstream_management: Endpoint | None = None
     stomp_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61633))
     admin_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 9613))
+    # AMQP 0-9-1 clients (RabbitMQ only); off unless given.
+    amqp_listen: Endpoint | None = None
     log_format: str = "console"
     log_level: str = "info"
     staging_engine: bool = True
@@ -123,7 +125,7 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return parse_url(str(value), what, "amqp", vhost=True)
     if name == "upstream-management":
         return parse_url(str(value), what, "http")
-    if name in ("stomp-listen", "admin-listen"):
+    if name in ("stomp-listen", "admin-listen", "amqp-listen"):
         return parse_hostport(str(value), what)
     if name == "log-format":
         return _choice(str(value), what, LOG_FORMATS)
@@ -218,6 +220,8 @@ def resolve(
     settings = Settings(**{n.replace("-", "_"): v for n, v in values.items()})
     if settings.upstream_amqp is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
+    if settings.amqp_listen is not None and settings.broker != "rabbitmq":
+        raise ConfigError("amqp-listen: the AMQP 0-9-1 front-end is only for --broker rabbitmq")
     if settings.upstream_management is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")

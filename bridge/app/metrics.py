@@ -18,19 +18,23 @@ from bridge.frontends.stats import RelayStats
 
 
 class _RelayCollector(Collector):
-    def __init__(self, stats: RelayStats) -> None:
+    """The counters of one front-end; ``prefix`` names its families (``jms_bridge`` for STOMP,
+    ``jms_bridge_amqp`` for AMQP 0-9-1)."""
+
+    def __init__(self, stats: RelayStats, prefix: str = "jms_bridge") -> None:
         self.stats = stats
+        self.prefix = prefix
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        s = self.stats
+        s, p = self.stats, self.prefix
         yield GaugeMetricFamily(
-            "jms_bridge_connections_open", "Client connections open now.", value=s.connections_open
+            f"{p}_connections_open", "Client connections open now.", value=s.connections_open
         )
         yield CounterMetricFamily(
-            "jms_bridge_connections", "Client connections accepted.", value=s.connections_total
+            f"{p}_connections", "Client connections accepted.", value=s.connections_total
         )
         frames = CounterMetricFamily(
-            "jms_bridge_frames_relayed",
+            f"{p}_frames_relayed",
             "Frames relayed, by protocol command and direction (upstream = client to broker).",
             labels=["command", "direction"],
         )
@@ -38,18 +42,18 @@ class _RelayCollector(Collector):
             for command, n in sorted(tally.items()):
                 frames.add_metric([command, direction], n)
         yield frames
-        yield _by_label("jms_bridge_bytes_relayed", "Bytes relayed, by direction.",
+        yield _by_label(f"{p}_bytes_relayed", "Bytes relayed, by direction.",
                         "direction", s.bytes)
-        yield _by_label("jms_bridge_heartbeats_relayed", "Heart-beat EOLs relayed.",
+        yield _by_label(f"{p}_heartbeats_relayed", "Heart-beat EOLs relayed.",
                         "direction", s.heartbeats)
-        yield _by_label("jms_bridge_protocol_errors", "Protocol errors, by kind.",
+        yield _by_label(f"{p}_protocol_errors", "Protocol errors, by kind.",
                         "kind", s.protocol_errors)
-        yield _by_label("jms_bridge_sends_refused", "Sends refused by a policy, by MQRC reason.",
+        yield _by_label(f"{p}_sends_refused", "Sends refused by a policy, by MQRC reason.",
                         "reason", s.refusals)
-        yield _by_label("jms_bridge_failed_deliveries",
+        yield _by_label(f"{p}_failed_deliveries",
                         "Deliveries consumers failed (NACK, rollback, lost connection), by what "
                         "the redelivery policy did.", "action", s.redeliveries)
-        yield _by_label("jms_bridge_dead_letters",
+        yield _by_label(f"{p}_dead_letters",
                         "Failed deliveries moved to a dead-letter or the undelivered queue, or "
                         "deleted, by reason.", "reason", s.dead_letters)
 
@@ -67,7 +71,13 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.relay = RelayStats()
+        self.amqp = RelayStats()
         self.registry.register(_RelayCollector(self.relay))
+
+    def count_amqp(self) -> RelayStats:
+        """Export the AMQP front-end's counters too, as ``jms_bridge_amqp_*``."""
+        self.registry.register(_RelayCollector(self.amqp, "jms_bridge_amqp"))
+        return self.amqp
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

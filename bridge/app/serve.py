@@ -12,9 +12,11 @@ from adapters.base import PutCheck
 from bridge.app import logs
 from bridge.app.admin import Admin, probe
 from bridge.app.brokers import broker_as, staged_format, staging_broker
-from bridge.app.config import Settings
+from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.metrics import Metrics
+from bridge.frontends.amqp.server import AmqpRelay
+from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
@@ -96,10 +98,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
     targets = target_checks(settings)
+    guard = StagingGuard(layout)
+    delay = DelayInterceptor(fmt=fmt, config=config, layout=layout, sinks=[StatsSink(staging)],
+                             targets=targets)
     chain = Chain([
-        StagingGuard(layout),
-        DelayInterceptor(fmt=fmt, config=config, layout=layout, sinks=[StatsSink(staging)],
-                         targets=targets),
+        guard,
+        delay,
         RedeliveryInterceptor(
             table=settings.redelivery, fmt=fmt, layout=layout,
             undelivered=f"/queue/{settings.undelivered_queue}",
@@ -124,6 +128,14 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
+    amqp: AmqpRelay | None = None
+    if settings.amqp_listen is not None:
+        # The same interceptors, on the same views: the consumer side is STOMP's only for now.
+        upstream_amqp = bridge_amqp(settings)
+        amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port,
+                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp())
+        where = settings.amqp_listen
+        await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 
     engine = EngineProcess(settings, layout, staging) if settings.staging_engine else None
     watching: asyncio.Task[None] | None = None
@@ -138,6 +150,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         "listening",
         broker=settings.broker,
         stomp=str(settings.stomp_listen),
+        amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
         admin=str(settings.admin_listen),
         upstream=str(settings.upstream_stomp),
     )
@@ -146,6 +159,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     await stop.wait()
     log.info("shutting down", open=len(stomp.links))
     await stomp.shutdown()
+    if amqp is not None:
+        await amqp.close()
     if engine is not None and watching is not None:
         watching.cancel()
         await engine.close()

@@ -1,0 +1,110 @@
+"""AMQP 0-9-1 publishes <-> the interception core's views and decisions.
+
+A Basic.Publish becomes a ``Send`` view whose destination and headers are what RabbitMQ's STOMP
+plugin would show for the same message (``/amq/queue/q`` for the default exchange, ``/topic/k``
+for ``amq.topic``, ``/exchange/x/k`` otherwise; properties and header-table entries as STOMP
+headers), so the interceptors, the staged copy and the staging engine are the ones STOMP uses:
+a message sent delayed over AMQP can be consumed over STOMP and the other way round.
+
+Only publishes some interceptor asked to see become views (``PublishScreen``); the others are
+relayed as the bytes that came in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pika
+from pamqp import commands
+
+from adapters.rabbitmq import amqp_properties, route, stomp_headers
+from bridge.frontends.amqp.assembler import Message
+from bridge.frontends.amqp.builders import publish_frames
+from bridge.frontends.amqp.connection import ProxyConnection
+from bridge.intercept.chain import Chain
+from bridge.intercept.decisions import Hold, Refuse, Rewrite
+from bridge.intercept.views import Principal, Send
+
+# pamqp's property names where pika's differ.
+_PIKA_NAMES = {"message_type": "type"}
+_PROPERTY_NAMES = (
+    "content_type", "content_encoding", "headers", "delivery_mode", "priority",
+    "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "message_type",
+    "user_id", "app_id",
+)
+
+
+def destination_of(exchange: str, routing_key: str) -> str:
+    """The STOMP destination RabbitMQ's plugin uses for this exchange and routing key."""
+    if not exchange:
+        return "/amq/queue/" + routing_key
+    if exchange == "amq.topic":
+        return "/topic/" + routing_key
+    return f"/exchange/{exchange}/{routing_key}" if routing_key else f"/exchange/{exchange}"
+
+
+def headers_of(properties: commands.Basic.Properties) -> dict[str, str]:
+    """A publish's properties and header table as STOMP headers (as the plugin shows them)."""
+    values: dict[str, Any] = {}
+    for name in _PROPERTY_NAMES:
+        value = getattr(properties, name, None)
+        if value is None:
+            continue
+        if isinstance(value, dt.datetime):
+            value = int(value.replace(tzinfo=value.tzinfo or dt.UTC).timestamp())
+        values[_PIKA_NAMES.get(name, name)] = value
+    return stomp_headers(pika.BasicProperties(**values))
+
+
+def properties_of(headers: dict[str, str]) -> commands.Basic.Properties:
+    """The AMQP properties RabbitMQ's plugin gives a SEND with these headers."""
+    props = amqp_properties(headers)
+    values: dict[str, Any] = {}
+    for name in _PROPERTY_NAMES:
+        value = getattr(props, _PIKA_NAMES.get(name, name), None)
+        if value is None:
+            continue
+        if name == "timestamp":
+            value = dt.datetime.fromtimestamp(int(value), dt.UTC)
+        values[name] = value
+    return commands.Basic.Properties(**values)
+
+
+class PublishScreen:
+    """Offers a client's publishes to the chain: the ones it asked to see, as ``Send`` views,
+    and turns its decision into bytes (None: relay the original). A ``Hold`` is awaited here:
+    the relay reads nothing more from that client meanwhile, so its frames keep their order."""
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        interest = chain.interest
+        self.names = interest.send_headers
+        self.mentions = interest.send_mentions
+
+    async def __call__(self, message: Message, conn: ProxyConnection) -> bytes | None:
+        publish = message.method
+        assert isinstance(publish, commands.Basic.Publish)
+        destination = destination_of(publish.exchange, publish.routing_key)
+        table = message.properties.headers or {}
+        if not any(n in table for n in self.names) and not any(
+            m in destination for m in self.mentions
+        ):
+            return None
+        headers = {"destination": destination, **headers_of(message.properties)}
+        view = Send(destination, headers, message.body_size,
+                    Principal(conn.login, conn.passcode, conn.vhost))
+        decision = self.chain.on_send(view)
+        while isinstance(decision, Hold):
+            await decision.check()
+            decision = self.chain.on_send(view)
+        if isinstance(decision, Refuse):
+            raise decision.refusal
+        if not isinstance(decision, Rewrite):
+            return None
+        staged = dict(decision.headers)  # first wins was applied when they were made
+        where = route(decision.destination)
+        method = commands.Basic.Publish(exchange=where.exchange, routing_key=where.routing_key,
+                                        mandatory=publish.mandatory)
+        return publish_frames(message.channel, method, properties_of(staged), message.body,
+                              conn.frame_max)

@@ -1,0 +1,167 @@
+"""The AMQP 0-9-1 front-end of the bridge with pika against the real RabbitMQ: relayed as is,
+delayed publishes staged and released, refusals as RabbitMQ refuses a publish."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+
+from bridge.staging import envelope
+from tests.integration.bridgeproc import BridgeProcess, free_port
+from tests.integration.brokers import BROKERS, require
+from tests.integration.clients import connect
+
+
+@pytest.fixture(scope="module")
+def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+    broker = BROKERS["rabbitmq"]
+    require(broker)
+    port = free_port()
+    proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp_path_factory.mktemp("amqp") / "bridge.log",
+                         extra=["--amqp-listen", f"127.0.0.1:{port}"])
+    proc.amqp_port = port  # type: ignore[attr-defined]
+    proc.start()
+    yield proc
+    assert proc.stop() == 0, proc.log()
+
+
+def _connect(bridge: BridgeProcess, password: str = "guest") -> pika.BlockingConnection:
+    params = pika.ConnectionParameters(
+        "127.0.0.1", bridge.amqp_port,  # type: ignore[attr-defined]
+        credentials=pika.PlainCredentials("guest", password), heartbeat=0)
+    return pika.BlockingConnection(params)
+
+
+@pytest.fixture
+def amqp_queue(amqp_bridge: BridgeProcess) -> Iterator[str]:
+    name = f"jbt-amqp-{uuid.uuid4().hex[:10]}"
+    conn = _connect(amqp_bridge)
+    conn.channel().queue_declare(name, durable=True)
+    conn.close()
+    yield name
+    conn = _connect(amqp_bridge)
+    conn.channel().queue_delete(name)
+    conn.close()
+
+
+def _get(channel: Any, queue: str, timeout: float) -> tuple[Any, bytes, float] | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        method, props, body = channel.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return props, body, time.monotonic()
+        time.sleep(0.02)
+    return None
+
+
+def test_plain_publish_and_consume_are_relayed(amqp_bridge: BridgeProcess, amqp_queue: str) -> None:
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    props = pika.BasicProperties(content_type="text/plain", headers={"n": 7, "s": "x"})
+    channel.basic_publish("", amqp_queue, b"plain", props)
+    got = _get(channel, amqp_queue, 5)
+    assert got is not None and got[1] == b"plain"
+    assert got[0].headers == {"n": 7, "s": "x"} and got[0].content_type == "text/plain"
+    conn.close()
+
+
+def test_a_wrong_password_is_refused_by_rabbitmq(amqp_bridge: BridgeProcess) -> None:
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError) as refused:
+        _connect(amqp_bridge, password="wrong")
+    assert "ACCESS_REFUSED" in str(refused.value)
+
+
+def test_a_delayed_publish_is_staged_confirmed_and_released_when_due(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()  # a confirm means staged
+    props = pika.BasicProperties(
+        content_type="application/json", correlation_id="corr-1", message_id="M-amqp-1",
+        delivery_mode=2, headers={"x-delay": 1500, "app": "kept"})
+    sent = time.monotonic()
+    channel.basic_publish("", amqp_queue, b'{"delayed": true}', props)
+    status, body = amqp_bridge.http(f"/staged?target=/amq/queue/{amqp_queue}")
+    assert status == 200
+    rows = json.loads(body)
+    assert [r["message_id"] for r in rows] == ["M-amqp-1"]
+    assert channel.basic_get(amqp_queue, auto_ack=True)[0] is None  # not early
+    got = _get(channel, amqp_queue, 10)
+    assert got is not None, amqp_bridge.log()[-2000:]
+    released, payload, at = got
+    assert at - sent >= 1.5
+    assert payload == b'{"delayed": true}'
+    assert released.content_type == "application/json"
+    assert released.correlation_id == "corr-1" and released.message_id == "M-amqp-1"
+    assert released.delivery_mode == 2
+    assert released.headers["app"] == "kept" and "x-delay" not in released.headers
+    assert released.headers[envelope.MESSAGE_ID] == "M-amqp-1"
+    conn.close()
+
+
+def test_a_delayed_amqp_publish_can_be_consumed_over_stomp(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("", amqp_queue, b"cross",
+                          pika.BasicProperties(headers={"x-delay": "300"}))
+    conn.close()
+    broker = BROKERS["rabbitmq"]
+    stomp_conn, inbox = connect(amqp_bridge.stomp_port, broker.user, broker.password)
+    stomp_conn.subscribe(f"/amq/queue/{amqp_queue}", id="s", ack="auto")
+    got = inbox.take(1, timeout=10)
+    stomp_conn.disconnect()
+    assert [m.body for m in got] == ["cross"]
+
+
+@pytest.mark.parametrize(("headers", "routing", "reason"), [
+    ({"x-delay": -5}, None, "MQRC_OPTIONS_ERROR"),
+    ({"x-delay": 5000}, None, None),  # with expiration below: MQRC_EXPIRY_ERROR
+    ({"x-delay": 10}, "jms-bridge.staging.L3", "MQRC_NOT_AUTHORIZED"),
+])
+def test_refusals_close_the_channel_with_406_and_the_reason(
+    amqp_bridge: BridgeProcess, amqp_queue: str, headers: dict, routing: str | None,
+    reason: str | None,
+) -> None:
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    props = pika.BasicProperties(headers=headers)
+    if reason is None:
+        props.expiration = "1000"
+        reason = "MQRC_EXPIRY_ERROR"
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        channel.basic_publish("", routing or amqp_queue, b"no", props)
+    assert closed.value.reply_code == 406
+    assert closed.value.reply_text.startswith(reason), closed.value.reply_text
+    other = conn.channel()  # the connection carries on
+    other.queue_declare(amqp_queue, passive=True)
+    conn.close()
+
+
+def test_publishes_in_a_rolled_back_transaction_are_not_staged(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.tx_select()
+    channel.basic_publish("", amqp_queue, b"tx", pika.BasicProperties(headers={"x-delay": 200}))
+    channel.tx_rollback()
+    assert json.loads(amqp_bridge.http(f"/staged?target=/amq/queue/{amqp_queue}")[1]) == []
+    channel.basic_publish("", amqp_queue, b"tx2", pika.BasicProperties(headers={"x-delay": 200}))
+    channel.tx_commit()
+    got = _get(channel, amqp_queue, 10)
+    assert got is not None and got[1] == b"tx2"
+    conn.close()
