@@ -42,12 +42,12 @@ def test_bridge_runs_with_the_rendered_config(tmp_path: Path) -> None:
     env = secret_env(manifests, by_kind(manifests, "Deployment"))
     assert env["JMS_BRIDGE_UPSTREAM_STOMP"] == f"stomp://guest:guest@{rabbit.stomp_host}:61613"
 
-    stomp_port, admin_port = free_port(), free_port()
+    stomp_port, admin_port, amqp_port = free_port(), free_port(), free_port()
     # `jms-bridge run`, as bridgeproc starts it: this checkout's bridge, whatever the venv holds.
     command = [
         sys.executable, "-m", "bridge.app.cli", "run", "--config", str(config),
         "--stomp-listen", f"127.0.0.1:{stomp_port}", "--admin-listen", f"127.0.0.1:{admin_port}",
-        "--staging-engine", "off",
+        "--amqp-listen", f"127.0.0.1:{amqp_port}", "--staging-engine", "off",
     ]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("JMS_BRIDGE_")}
     log_path = tmp_path / "bridge.log"

@@ -9,6 +9,7 @@ deliveries, and a lost connection can be offered as ``Settle`` views with what t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 from bridge.frontends.stomp.escaping import escape
@@ -22,10 +23,7 @@ SETTLING = ("ACK", "NACK", "COMMIT", "ABORT")
 
 def headers_of(frame: Frame) -> dict[str, str]:
     """A frame's headers, the first of a repeated one winning (STOMP 1.2)."""
-    out: dict[str, str] = {}
-    for name, value in frame.headers:
-        out.setdefault(name, value)
-    return out
+    return dict(reversed(frame.headers))  # the last assignment is the first occurrence
 
 
 class Screen:
@@ -181,10 +179,14 @@ def stamped(frame: Frame, headers: tuple[tuple[str, str], ...], version: str | N
     raw = frame.raw
     cut = raw.index(b"\n") + 1
     added = "".join(
+        f"{name}:{value}\n" if _PLAIN(name + value) else
         f"{escape(name, version, name=True)}:{escape(value, version)}\n"
         for name, value in headers
     )
-    return raw[:cut] + added.encode() + raw[cut:]
+    return b"".join((raw[:cut], added.encode(), raw[cut:]))
+
+
+_PLAIN = re.compile(r"[^:\r\n\\\0]*").fullmatch
 
 
 def copy_frame(
