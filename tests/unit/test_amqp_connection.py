@@ -171,3 +171,15 @@ def test_broker_side_frames_and_deliveries() -> None:
 def test_refuse_needs_a_channel() -> None:
     with pytest.raises(ValueError):
         opened().refuse(0, "x")
+
+
+def test_a_channel_reopened_before_the_broker_closed_it_waits_for_the_broker() -> None:
+    conn = opened()
+    conn.client_data(publish(1, b"refused"))
+    conn.refuse(1, "MQRC_NOT_AUTHORIZED (2035): staging queue")
+    assert conn.client_data(method(commands.Channel.CloseOk(), 1)) == []
+    reopen = method(commands.Channel.Open(), 1)
+    assert conn.client_data(reopen) == []  # RabbitMQ has not closed channel 1 yet
+    [released] = conn.broker_data(method(commands.Channel.CloseOk(), 1))
+    assert isinstance(released, Answer) and released.raw == reopen  # goes up now
+    assert not conn.closing(1)

@@ -128,11 +128,14 @@ def credentials(start_ok: object) -> tuple[str | None, str | None]:
 class _Closing:
     """A channel the bridge closed: which side still owes its Channel.Close-Ok."""
 
-    __slots__ = ("client", "broker")
+    __slots__ = ("client", "broker", "held")
 
     def __init__(self) -> None:
         self.client = True
         self.broker = True
+        # The client's frames on the channel it reopened before the broker confirmed our
+        # Close: RabbitMQ takes a Channel.Open on a channel still closing for a second one.
+        self.held: list[bytes] = []
 
 
 class ProxyConnection:
@@ -242,8 +245,9 @@ class ProxyConnection:
     def _closing_client(self, frame: Frame, out: list[Event]) -> bool:
         """Whether a client frame on a channel the bridge closed is consumed here."""
         closing = self._closing[frame.channel]
-        if not closing.client:
-            return False  # the client has closed its side: the channel is its again
+        if not closing.client:  # the client has closed its side: the channel is its again,
+            closing.held.append(frame.raw)  # once the broker has closed its side too
+            return True
         if frame.type == FRAME_METHOD:
             index = frame.method_index
             if index == CHANNEL_CLOSE_OK:
@@ -289,6 +293,7 @@ class ProxyConnection:
                 closing.broker = False
                 if not closing.client:
                     del self._closing[frame.channel]
+                    out += [Answer(raw) for raw in closing.held]
             elif index == CHANNEL_CLOSE:  # it closed the channel too: it gets its Close-Ok
                 out.append(Answer(channel_close_ok(frame.channel)))
         if self._deliveries is not None:
