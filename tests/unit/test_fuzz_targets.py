@@ -80,3 +80,17 @@ def test_a_publish_whose_properties_cannot_be_decoded_is_502_on_arrival() -> Non
     assert info.value.reply_code == 502 and "content header" in info.value.reply_text
     assert info.value.reply().startswith(b"\x01\x00\x00")  # a Connection.Close on channel 0
     assert len(info.value.events) == 5  # the header and the handshake still go up
+
+
+def test_continued_property_flags_are_502_not_a_hang() -> None:
+    """Found by the amqp target (a timeout): a content header whose property flags set the
+    continuation bit made pamqp read the same flag word for ever, so one publish froze the
+    bridge's event loop for every client (the publish screen reads every publish's
+    properties). Basic has one flag word: a continued one is now 502 SYNTAX_ERROR."""
+    from bridge.frontends.amqp import AmqpProtocolError, ProxyConnection
+    from bridge.frontends.amqp.builders import PROTOCOL_HEADER
+
+    hang = (CORPUS / "amqp" / "regression-property-flags-continued").read_bytes()
+    with pytest.raises(AmqpProtocolError) as info:
+        ProxyConnection().client_data(PROTOCOL_HEADER + targets.HANDSHAKE + hang[2:])
+    assert info.value.reply_code == 502 and "property flags" in info.value.reply_text
