@@ -2,18 +2,25 @@
 
 The staged-message endpoints run the same code as ``jms-bridge staged``, each call on a
 connection of its own in a worker thread (the adapters are blocking).
+
+Who may call: with a token file (``--admin-token-file``), every endpoint but the probes and
+/metrics wants ``Authorization: Bearer <token>`` (401 otherwise). Without one, the endpoints
+that list or change staged messages are refused (403); /policy, which only shows
+configuration, stays open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
 from aiohttp import web
 
 from adapters.base import StagingBroker
+from bridge.app import logs
+from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
 from bridge.staging import tools
@@ -24,6 +31,12 @@ from policies.errors import BridgeError
 from policies.redelivery import PolicyTable
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Open to anyone who can reach the port: what probes and Prometheus scrape.
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+NO_TOKEN = ("the staged-message endpoints need an admin token: start the bridge with "
+            "--admin-token-file FILE (or admin-token-file: in the config file, or "
+            "JMS_BRIDGE_ADMIN_TOKEN_FILE), then send Authorization: Bearer <token>")
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
@@ -38,6 +51,11 @@ async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
     return None
 
 
+def _unauthorized(why: str, challenge: str) -> web.Response:
+    return web.json_response({"error": why}, status=401,
+                             headers={"WWW-Authenticate": challenge})
+
+
 class Admin:
     def __init__(
         self,
@@ -49,6 +67,7 @@ class Admin:
         layout: Layout | None = None,
         staging_stats: StagingStats | None = None,
         redelivery: PolicyTable | None = None,
+        tokens: TokenFile | None = None,
     ) -> None:
         self.metrics = metrics
         self.broker = broker
@@ -57,8 +76,9 @@ class Admin:
         self.layout = layout or Layout()
         self.staging_stats = staging_stats
         self.redelivery = redelivery if redelivery is not None else PolicyTable()
+        self.tokens = tokens
         self.started = time.time()
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[self._authorize])
         self.app.add_routes(
             [
                 web.get("/healthz", self.healthz),
@@ -71,6 +91,31 @@ class Admin:
             ]
         )
         self._runner: web.AppRunner | None = None
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if request.path in PUBLIC_PATHS:
+            return await handler(request)
+        tokens = self.tokens
+        if tokens is None:
+            if request.path == "/staged" or request.path.startswith("/staged/"):
+                return web.json_response({"error": NO_TOKEN}, status=403)
+            return await handler(request)
+        before = (tokens.problem, tokens.reloads)
+        tokens.refresh()
+        if tokens.problem is not None and tokens.problem != before[0]:
+            logs.get("admin").error("admin token file unusable: every caller is refused",
+                                    problem=tokens.problem)
+        elif tokens.reloads != before[1]:
+            logs.get("admin").info("admin token file read again", path=tokens.path)
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not presented.strip():
+            return _unauthorized("an admin token is required: Authorization: Bearer <token>",
+                                 'Bearer realm="jms-bridge"')
+        if not tokens.accepts(presented.strip()):
+            return _unauthorized("the admin token is not valid",
+                                 'Bearer realm="jms-bridge", error="invalid_token"')
+        return await handler(request)
 
     async def policy(self, request: web.Request) -> web.Response:
         """``GET /policy?destination=D[&user=U][&upto=N]``: what ``jms-bridge policy show``

@@ -11,6 +11,7 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixe
 from adapters.base import PutCheck
 from bridge.app import logs
 from bridge.app.admin import Admin, probe
+from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
@@ -89,6 +90,7 @@ def delay_config(settings: Settings) -> DelayConfig:
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     log = logs.get("bridge")
     loop = asyncio.get_running_loop()
+    tokens = TokenFile(settings.admin_token_file) if settings.admin_token_file else None
     await wait_for_broker(settings.broker, settings.upstream_stomp)
     config = delay_config(settings)
     fmt = staged_format(settings)
@@ -125,6 +127,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         layout=layout,
         staging_stats=staging,
         redelivery=settings.redelivery,
+        tokens=tokens,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
@@ -152,6 +155,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         stomp=str(settings.stomp_listen),
         amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
         admin=str(settings.admin_listen),
+        admin_token="file" if tokens is not None else "none: /staged refused",
         upstream=str(settings.upstream_stomp),
     )
     if ready is not None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +43,15 @@ class BridgeProcess:
     stomp_port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    # The admin API's bearer token, in a file beside the log; None: run without one.
+    admin_token: str | None = field(default_factory=lambda: secrets.token_urlsafe(16))
 
     def command(self) -> list[str]:
+        auth: list[str] = []
+        if self.admin_token is not None:
+            token_file = self.log_path.with_name(self.log_path.name + ".admin-token")
+            token_file.write_text(self.admin_token + "\n")
+            auth = ["--admin-token-file", str(token_file)]
         return [
             sys.executable, "-m", "bridge.app.cli", "run",
             "--broker", self.broker,
@@ -50,6 +59,7 @@ class BridgeProcess:
             "--stomp-listen", f"127.0.0.1:{self.stomp_port}",
             "--admin-listen", f"127.0.0.1:{self.admin_port}",
             "--log-format", "json", "--log-level", "info",
+            *auth,
             *self.extra,
         ]
 
@@ -80,11 +90,15 @@ class BridgeProcess:
         self.log_file.close()
         return self.proc.returncode
 
-    def http(self, path: str) -> tuple[int, str]:
+    def http(self, path: str, method: str = "GET", *, authorized: bool = True,
+             timeout: float = 5) -> tuple[int, str]:
+        """Call the admin API, with the bearer token unless ``authorized`` is False."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}{path}",
+                                         method=method)
+        if authorized and self.admin_token is not None:
+            request.add_header("Authorization", f"Bearer {self.admin_token}")
         try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.admin_port}{path}", timeout=5
-            ) as r:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()

@@ -235,15 +235,8 @@ def test_release_now(bridge: BridgeProcess, broker: Broker, queue: str) -> None:
 
 
 def _post(bridge: BridgeProcess, path: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(f"http://127.0.0.1:{bridge.admin_port}{path}", method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    status, body = bridge.http(path, "POST", timeout=30)
+    return status, json.loads(body)
 
 
 def test_admin_http_lists_and_cancels_staged(bridge: BridgeProcess, broker: Broker,
@@ -255,10 +248,14 @@ def test_admin_http_lists_and_cancels_staged(bridge: BridgeProcess, broker: Brok
     assert inbox.wait_receipt("staged")
     conn.disconnect()
     time.sleep(1.0)
+    status, body = bridge.http(f"/staged?target={dest}", authorized=False)
+    assert status == 401 and "token" in json.loads(body)["error"]
     status, body = bridge.http(f"/staged?target={dest}")
     assert status == 200, body
     (row,) = json.loads(body)
     assert row["target"] == dest
+    status, _ = bridge.http(f"/staged/{row['message_id']}/cancel", "POST", authorized=False)
+    assert status == 401
     before = bridge.metric("jms_bridge_staging_cancelled_total")
     status, reply = _post(bridge, f"/staged/{row['message_id']}/cancel")
     assert status == 200 and reply == {"cancelled": row["message_id"]}

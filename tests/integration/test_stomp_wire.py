@@ -125,6 +125,10 @@ def test_admin_endpoints(bridge: BridgeProcess, broker: Broker) -> None:
     assert status == 200 and json.loads(body)["policy"] == "3:25; 5:50; 10:100; 20:1000; 50:5000"
     assert json.loads(body)["failures"][0] == {"first": 1, "last": 3, "action": "redeliver at once"}
     assert bridge.http("/policy")[0] == 400
+    # With a token file, only the probes and /metrics are open to anyone.
+    assert bridge.http("/policy?destination=/queue/orders", authorized=False)[0] == 401
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert bridge.http(path, authorized=False)[0] == 200, path
     status, body = bridge.http("/readyz")
     assert status == 200 and '"ready"' in body
     peer = RawPeer(bridge.stomp_port)
@@ -145,9 +149,13 @@ def test_admin_endpoints(bridge: BridgeProcess, broker: Broker) -> None:
 
 def test_readyz_says_when_the_broker_is_gone(broker: Broker, tmp_path: Path) -> None:
     proxy = TcpProxy((broker.stomp_host, broker.stomp_port))
-    proc = BridgeProcess(broker.name, f"127.0.0.1:{proxy.port}", tmp_path / "b.log").start()
+    proc = BridgeProcess(broker.name, f"127.0.0.1:{proxy.port}", tmp_path / "b.log",
+                         admin_token=None).start()
     try:
         assert proc.http("/readyz")[0] == 200
+        # Without --admin-token-file nobody may list or change staged messages.
+        status, body = proc.http("/staged")
+        assert status == 403 and "--admin-token-file" in body
         proxy.close()
         status, body = proc.http("/readyz")
         assert status == 503 and "not ready" in body

@@ -297,7 +297,12 @@ def test_every_field_type_accepted() -> None:
 def test_properties_overrun_is_a_syntax_error() -> None:
     # headers flag set, a table announcing 50 bytes with 2 there
     payload = struct.pack(">HHQH", 60, 0, 1, 0x2000) + struct.pack(">I", 50) + b"\x01a"
-    frame = Framer(expect_header=False).feed(raw_frame(2, 1, payload))[0]
+    # A client's (validated) content header is decoded on arrival...
+    with pytest.raises(AmqpProtocolError) as info:
+        Framer(expect_header=False).feed(raw_frame(2, 1, payload))
+    assert info.value.reply_code == ReplyCode.SYNTAX_ERROR
+    # ...a broker's when it is read.
+    frame = Framer(expect_header=False, validate=False).feed(raw_frame(2, 1, payload))[0]
     assert isinstance(frame, Frame)
     with pytest.raises(AmqpProtocolError) as info:
         frame.content_header  # noqa: B018

@@ -324,8 +324,13 @@ def _check(frame: Frame, size: int) -> None:
                 ReplyCode.FRAME_ERROR,
                 f"heartbeat frame on channel {frame.channel} with {size} payload bytes",
             )
-    elif frame.type == FRAME_HEADER and size < 14:
-        raise AmqpProtocolError(
-            ReplyCode.SYNTAX_ERROR,
-            f"content header frame of {size} bytes on channel {frame.channel}",
-        )
+    elif frame.type == FRAME_HEADER:
+        if size < 14:
+            raise AmqpProtocolError(
+                ReplyCode.SYNTAX_ERROR,
+                f"content header frame of {size} bytes on channel {frame.channel}",
+            )
+        # Decoded now (the relay's hook reads every publish's properties anyway), so that
+        # properties pamqp cannot read are refused here, as a connection error, and not
+        # found later by whoever reads them.
+        frame.content_header  # noqa: B018

@@ -112,16 +112,13 @@ def check_properties(payload: bytes) -> None:
     """Raise ValueError unless a content header payload's properties are all in bounds."""
     walk = _Walk(payload)
     pos = walk.need(0, 12, "content header")
-    flags = 0
-    word = 0
-    while True:
-        walk.need(pos, 2, "property flags")
-        part = int.from_bytes(payload[pos : pos + 2], "big")
-        pos += 2
-        flags |= part << (16 * word)
-        word += 1
-        if not part & 1:
-            break
+    walk.need(pos, 2, "property flags")
+    flags = int.from_bytes(payload[pos : pos + 2], "big")
+    pos += 2
+    if flags & 1:
+        # Basic's 14 properties fit one flag word; pamqp reads a continued one again and
+        # again without moving on, for ever.
+        raise ValueError("property flags continue past the first word; Basic has one")
     props = commands.Basic.Properties
     for name in props.__slots__:
         if flags & props.flags[name]:

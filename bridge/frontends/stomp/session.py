@@ -370,13 +370,19 @@ class Session:
         stats.bytes["downstream"] += len(data)
         try:
             events = self._broker.feed(data)
-        except StompProtocolError as exc:
+            self._relay_down(events, out)
+        except StompProtocolError as exc:  # framing, or headers the parser left undecoded
             self.stats.protocol_errors["broker-" + exc.kind] += 1
             out.to_client.append(error_frame("the broker sent an invalid frame", detail=str(exc),
                                              version=self.version))
             out.close = f"protocol error from broker: {exc}"
             self.state = State.CLOSED
-            return out
+        return out
+
+    def _relay_down(self, events: list[Event], out: Output) -> None:
+        """Broker events into ``out``; StompProtocolError when a frame's headers, decoded
+        here for the first time, are not STOMP (the frames before it are in ``out``)."""
+        stats = self.stats
         frames = stats.frames_down
         for event in events:
             if event is HEARTBEAT:
@@ -400,7 +406,6 @@ class Session:
                 out.to_client.append(self._delivered(event))
             else:
                 out.to_client.append(event.raw)
-        return out
 
     def _delivered(self, frame: Frame) -> bytes:
         """Offer a MESSAGE to the chain; a delivery can be relayed or rewritten only."""
