@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 
 from bridge.app.cli import main
 from bridge.app.config import resolve
@@ -22,14 +20,6 @@ redelivery:
     alice:
       "/queue/orders.*": "2:100; 4:delete"
 """
-
-
-@pytest.fixture(autouse=True)
-def _logging_as_before() -> Iterator[None]:
-    """main() sets structlog up to print to the sys.stderr of that moment: capsys's, closed
-    after the test. Later tests must not log there."""
-    yield
-    structlog.reset_defaults()
 
 
 @pytest.fixture()
