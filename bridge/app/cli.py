@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated headers holding an absolute delivery time (epoch ms)")
     run.add_argument("--delay-disabled", metavar="PATTERNS",
                      help="comma-separated destination patterns that may not be delayed")
+    run.add_argument("--handshake-timeout", metavar="SECONDS",
+                     help="close a client that has not sent a whole CONNECT by then (default 10)")
+    run.add_argument("--max-connections", metavar="N",
+                     help="client connections at once (default 10000)")
+    run.add_argument("--max-connections-per-address", metavar="N",
+                     help="client connections at once from one address (default 1000)")
     run.add_argument("--undelivered-queue", metavar="NAME",
                      help="where failed deliveries go when their policy says undelivered "
                           "(default jms-bridge.undelivered)")

@@ -53,6 +53,12 @@ class Settings:
     # Where a failed delivery goes when its policy says "undelivered" (TIBCO's
     # $sys.undelivered, WebSphere's system exception destination).
     undelivered_queue: str = "jms-bridge.undelivered"
+    # A client that has not sent a whole CONNECT in this time is closed (RabbitMQ's default).
+    handshake_timeout: float = 10.0
+    # Client connections at once, in all and from one address: each costs two descriptors
+    # (the client's and its upstream connection's).
+    max_connections: int = 10_000
+    max_connections_per_address: int = 1_000
     # Bearer tokens of the admin API, one a line (read by bridge.app.auth when serving).
     admin_token_file: str | None = None
 
@@ -141,6 +147,19 @@ def _convert(name: str, value: Any, source: str) -> Any:
         text = str(value).strip()
         if not text.isdigit() or not 1 <= int(text) <= 65535:
             raise ConfigError(f"{what}: expected a whole number from 1 to 65535, got {value!r}")
+        return int(text)
+    if name == "handshake-timeout":
+        try:
+            seconds = float(str(value).strip())
+        except ValueError:
+            seconds = -1.0
+        if not 0.1 <= seconds <= 3600:
+            raise ConfigError(f"{what}: expected seconds from 0.1 to 3600, got {value!r}")
+        return seconds
+    if name in ("max-connections", "max-connections-per-address"):
+        text = str(value).strip()
+        if not text.isdigit() or not 1 <= int(text) <= 1_000_000:
+            raise ConfigError(f"{what}: expected a whole number from 1 to 1000000, got {value!r}")
         return int(text)
     if name == "undelivered-queue":
         v = str(value).strip()

@@ -118,6 +118,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         upstream=settings.upstream_stomp,
         chain=chain,
         stats=metrics.relay,
+        handshake_timeout=settings.handshake_timeout,
+        max_connections=settings.max_connections,
+        max_per_address=settings.max_connections_per_address,
     )
     admin = Admin(
         metrics=metrics,

@@ -16,6 +16,7 @@ import structlog
 
 from bridge.frontends.checks import CheckRunner
 from bridge.frontends.stats import RelayStats
+from bridge.frontends.stomp import error_frame
 from bridge.frontends.stomp.session import Output, Session, State
 from bridge.intercept.chain import Chain
 from policies.endpoints import Endpoint
@@ -59,11 +60,16 @@ class ClientLink(asyncio.Protocol):
     def __init__(self, server: StompServer) -> None:
         self.server = server
         self.id = next(_ids)
+        self.address = "?"
         self.session = Session(chain=server.chain, stats=server.stats)
         self.log = structlog.get_logger("stomp").bind(conn=self.id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self._pending: list[bytes] = []  # client bytes that arrived before upstream was up
+        # What the session sends the broker before the upstream connection is up: it is opened
+        # only once a whole, valid CONNECT has arrived, so garbage never reaches the broker.
+        self._pending: list[bytes] = []
+        self._connecting = False
+        self._handshake: asyncio.TimerHandle | None = None
         self._closing = False
         self._client_paused = False
         self._checking: asyncio.Task[None] | None = None
@@ -77,7 +83,35 @@ class ClientLink(asyncio.Protocol):
         transport.set_write_buffer_limits(high=1 << 20)
         peer = transport.get_extra_info("peername")
         self.log = self.log.bind(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
-        self.server.opened(self)
+        refusal = self.server.opened(self, peer[0] if peer else "?")
+        if refusal is not None:
+            self.log.warning("connection refused", why=refusal)
+            transport.write(error_frame(refusal))
+            self._closing = True
+            transport.close()
+            return
+        self._handshake = self.server.loop.call_later(self.server.handshake_timeout,
+                                                      self._handshake_expired)
+
+    def _handshake_expired(self) -> None:
+        if self._connecting or self._closing or self.client is None:
+            return
+        why = f"no CONNECT within {self.server.handshake_timeout:g} s"
+        self.server.stats.protocol_errors["handshake-timeout"] += 1
+        self.log.info("closing", why=why)
+        self.client.write(error_frame("handshake timeout", detail=why))
+        self._closing = True
+        self.client.close()
+
+    def _connect_once_connected(self) -> None:
+        """The client has sent its CONNECT: open its upstream connection now."""
+        if self._connecting or self.session.state in (State.AWAIT_CONNECT, State.CLOSED):
+            return
+        self._connecting = True
+        if self._handshake is not None:
+            self._handshake.cancel()
+        if self.client is not None and not self._client_paused:
+            self.client.pause_reading()  # until the broker is there to take what follows
         self.server.loop.create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
@@ -101,17 +135,22 @@ class ClientLink(asyncio.Protocol):
             return
         self.upstream = proto.transport
         pending, self._pending = self._pending, []
-        for chunk in pending:
-            self._apply(self.session.from_client(chunk))
+        if pending:
+            self.upstream.write(b"".join(pending))
+        if self.client is not None and not self._client_paused and not self.session.checking:
+            self.client.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         self._last_client = time.monotonic()
-        if self.upstream is None:
-            self._pending.append(data)
-            return
         self._apply(self.session.from_client(data))
+        if self.upstream is None:
+            self._connect_once_connected()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None:
+            self._handshake.cancel()
+        if self.client is None or self not in self.server.links:
+            return  # refused at accept: it was never counted
         self._closing = True
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -161,8 +200,11 @@ class ClientLink(asyncio.Protocol):
 
     # -- carrying out ------------------------------------------------------------------
     def _apply(self, out: Output) -> None:
-        if out.to_broker and self.upstream is not None:
-            self.upstream.write(b"".join(out.to_broker))
+        if out.to_broker:
+            if self.upstream is not None:
+                self.upstream.write(b"".join(out.to_broker))
+            else:
+                self._pending += out.to_broker
         if out.to_client and self.client is not None and not self.client.is_closing():
             self.client.write(b"".join(out.to_client))
         if out.close is not None:
@@ -243,7 +285,14 @@ class StompServer:
         chain: Chain | None,
         stats: RelayStats,
         connect_timeout: float = 10.0,
+        handshake_timeout: float = 10.0,
+        max_connections: int = 10_000,
+        max_per_address: int = 1_000,
     ) -> None:
+        self.handshake_timeout = handshake_timeout
+        self.max_connections = max_connections
+        self.max_per_address = max_per_address
+        self._by_address: dict[str, int] = {}
         self.broker = broker
         self.upstream = upstream
         self.chain = chain
@@ -270,16 +319,32 @@ class StompServer:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
-    def opened(self, link: ClientLink) -> None:
+    def opened(self, link: ClientLink, address: str) -> str | None:
+        """Count a new client, or say why it is refused (a connection limit)."""
+        if len(self.links) >= self.max_connections:
+            self.stats.protocol_errors["connection-limit"] += 1
+            return f"the bridge has {len(self.links)} connections, its limit (--max-connections)"
+        if self._by_address.get(address, 0) >= self.max_per_address:
+            self.stats.protocol_errors["connection-limit"] += 1
+            return (f"{address} has {self.max_per_address} connections, the limit per client "
+                    "address (--max-connections-per-address)")
+        link.address = address
+        self._by_address[address] = self._by_address.get(address, 0) + 1
         self.links.add(link)
         self._idle.clear()
         self.stats.connections_open += 1
         self.stats.connections_total += 1
+        return None
 
     def closed(self, link: ClientLink) -> None:
         if link in self.links:
             self.links.discard(link)
             self.stats.connections_open -= 1
+            left = self._by_address.get(link.address, 1) - 1
+            if left:
+                self._by_address[link.address] = left
+            else:
+                self._by_address.pop(link.address, None)
         if not self.links:
             self._idle.set()
 
