@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--undelivered-queue", metavar="NAME",
                      help="where failed deliveries go when their policy says undelivered "
                           "(default jms-bridge.undelivered)")
+    run.add_argument("--journal", metavar="DIR",
+                     help="write every message's events as JSON lines to files in DIR (off "
+                          "unless given)")
     staged = commands.add_parser("staged", help="list, count, cancel or release staged messages")
     actions = staged.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = actions.add_parser("list", help="staged messages, soonest first")

@@ -53,6 +53,8 @@ class Settings:
     # Where a failed delivery goes when its policy says "undelivered" (TIBCO's
     # $sys.undelivered, WebSphere's system exception destination).
     undelivered_queue: str = "jms-bridge.undelivered"
+    # The event journal's folder (``bridge.app.journal``); None: no journal.
+    journal: str | None = None
 
 
 def _flag(name: str) -> str:
@@ -149,6 +151,11 @@ def _convert(name: str, value: Any, source: str) -> Any:
         v = str(value).strip()
         if not v or "/" in v:
             raise ConfigError(f"{what}: expected a queue name prefix without '/', got {value!r}")
+        return v
+    if name == "journal":
+        v = str(value).strip()
+        if not v:
+            raise ConfigError(f"{what}: expected a folder, got {value!r}")
         return v
     if name == "redelivery":
         if isinstance(value, str):  # from the environment: YAML text
