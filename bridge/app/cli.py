@@ -15,6 +15,7 @@ from typing import NoReturn
 from bridge import __version__
 from bridge.app import logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
+from bridge.pipeline.options import add_arguments as add_report_arguments
 from policies.errors import BridgeError, ConfigError
 
 EXIT_USAGE = 2
@@ -87,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--upto", metavar="N", type=int, default=None,
                       help="show failures 1..N (default: until the policy settles)")
     show.add_argument("--json", action="store_true", help="JSON instead of text")
+    report = commands.add_parser(
+        "report", help="per destination and hour, from the event journal: Parquet tables and an "
+                       "HTML page of charts (PySpark)")
+    add_report_arguments(report)
     return parser
 
 
@@ -134,6 +139,16 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
         broker.close()
 
 
+def _report(ns: argparse.Namespace) -> int:
+    try:
+        from bridge.pipeline.report import main_with
+    except ImportError as exc:
+        print(f"jms-bridge: report needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    return main_with(ns)
+
+
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     skip = {"command", "config", "action", "target", "message_id", "json", "destination", "user",
             "upto"}
@@ -142,6 +157,8 @@ def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
+    if ns.command == "report":  # needs no bridge settings
+        return _report(ns)
     try:
         settings = resolve(_settings_flags(ns), config_file=ns.config)
         logs.configure(settings.log_format, settings.log_level)
