@@ -62,7 +62,8 @@ def new_counters() -> MutableSequence[int]:
     """Events written, dropped at the queue, dropped by the disk: one writer each (the writer
     thread, the sink's caller, the writer thread), in shared memory, so that the engine process
     writes them and the bridge's ``/metrics`` reads them."""
-    return multiprocessing.sharedctypes.RawArray("q", 3)
+    counters: MutableSequence[int] = multiprocessing.sharedctypes.RawArray("q", 3)
+    return counters
 
 
 @dataclass(frozen=True, slots=True)

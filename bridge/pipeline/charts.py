@@ -7,7 +7,7 @@ import html
 from datetime import UTC, datetime
 from typing import Any
 
-import plotly.graph_objects as go
+import plotly.graph_objects as go  # type: ignore[import-untyped]
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 

@@ -24,8 +24,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bridge.pipeline import journal
@@ -77,7 +78,7 @@ def lateness(ev: DataFrame) -> DataFrame:
     )
 
 
-def lateness_bucket(late: F.Column) -> F.Column:
+def lateness_bucket(late: Column) -> Column:
     """The label of a lateness's bucket: ``early``, ``<=N ms``, or ``>N ms`` past the last."""
     label = F.when(late < 0, F.lit("early"))
     for bound in LATENESS_BOUNDS_MS:
@@ -170,7 +171,7 @@ def _write_text(spark: SparkSession, uri: str, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         return
-    jvm = spark.sparkContext._jvm  # noqa: SLF001 -- the one way to Hadoop's FileSystem
+    jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 -- the one way to Hadoop's FileSystem
     hadoop_path = jvm.org.apache.hadoop.fs.Path(uri)
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # noqa: SLF001
     stream = fs.create(hadoop_path, True)

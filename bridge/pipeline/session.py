@@ -14,6 +14,7 @@ REQUIRED = {
 }
 EMBEDDED = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "16",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
