@@ -15,6 +15,7 @@ from typing import NoReturn
 from bridge import __version__
 from bridge.app import logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
+from bridge.pipeline.options import add_arguments as add_report_arguments
 from policies.errors import BridgeError, ConfigError
 
 EXIT_USAGE = 2
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--admin-token-file", metavar="FILE",
                      help="bearer token(s) the admin API asks for, one a line (re-read when "
                           "the file changes); without it the /staged endpoints are refused")
+    run.add_argument("--journal", metavar="DIR",
+                     help="write every message's events as JSON lines to files in DIR (off "
+                          "unless given)")
     staged = commands.add_parser("staged", help="list, count, cancel or release staged messages")
     actions = staged.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = actions.add_parser("list", help="staged messages, soonest first")
@@ -93,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--upto", metavar="N", type=int, default=None,
                       help="show failures 1..N (default: until the policy settles)")
     show.add_argument("--json", action="store_true", help="JSON instead of text")
+    report = commands.add_parser(
+        "report", help="per destination and hour, from the event journal: Parquet tables and an "
+                       "HTML page of charts (PySpark)")
+    add_report_arguments(report)
     return parser
 
 
@@ -143,6 +151,16 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
         broker.close()
 
 
+def _report(ns: argparse.Namespace) -> int:
+    try:
+        from bridge.pipeline.report import main_with
+    except ImportError as exc:
+        print(f"jms-bridge: report needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    return main_with(ns)
+
+
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     skip = {"command", "config", "action", "target", "message_id", "json", "destination", "user",
             "upto"}
@@ -151,6 +169,8 @@ def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
+    if ns.command == "report":  # needs no bridge settings
+        return _report(ns)
     try:
         settings = resolve(_settings_flags(ns), config_file=ns.config)
         logs.configure(settings.log_format, settings.log_level)

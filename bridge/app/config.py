@@ -61,6 +61,8 @@ class Settings:
     max_connections_per_address: int = 1_000
     # Bearer tokens of the admin API, one a line (read by bridge.app.auth when serving).
     admin_token_file: str | None = None
+    # The event journal's folder (``bridge.app.journal``); None: no journal.
+    journal: str | None = None
 
 
 def _flag(name: str) -> str:
@@ -175,6 +177,11 @@ def _convert(name: str, value: Any, source: str) -> Any:
         v = str(value).strip()
         if not v:
             raise ConfigError(f"{what}: expected the path of a file holding the admin token")
+        return v
+    if name == "journal":
+        v = str(value).strip()
+        if not v:
+            raise ConfigError(f"{what}: expected a folder, got {value!r}")
         return v
     if name == "redelivery":
         if isinstance(value, str):  # from the environment: YAML text

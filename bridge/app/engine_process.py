@@ -31,6 +31,7 @@ from adapters import speedups
 from bridge.app import logs
 from bridge.app.brokers import staging_broker
 from bridge.app.config import Settings
+from bridge.app.journal import JournalSink, JournalSpec, JournalWriter
 from bridge.staging.engine import Engine
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
@@ -50,8 +51,12 @@ WATCH_EVERY_S = 1.0
 class EngineProcess:
     """Starts the engine process, restarts it if it dies, stops it on ``close``."""
 
-    def __init__(self, settings: Settings, layout: Layout, stats: StagingStats) -> None:
+    def __init__(
+        self, settings: Settings, layout: Layout, stats: StagingStats, *,
+        journal: tuple[JournalSpec, MutableSequence[int]] | None = None,
+    ) -> None:
         self.settings = settings
+        self.journal = journal  # the engine's own journal files, and its shared counters
         self.layout = layout
         self.stats = stats  # its slots must be shared memory (``stats.shared_slots()``)
         self._ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
@@ -63,7 +68,8 @@ class EngineProcess:
     def start(self) -> None:
         self.process = self._ctx.Process(
             target=_main,
-            args=(self.settings, self.layout, self.stats.slots, self.stop, os.getpid()),
+            args=(self.settings, self.layout, self.stats.slots, self.stop, os.getpid(),
+                  self.journal),
             name="jms-bridge-staging",
             daemon=True,
         )
@@ -115,6 +121,7 @@ def _main(
     slots: MutableSequence[int],
     stop: multiprocessing.synchronize.Event,
     parent: int,
+    journal: tuple[JournalSpec, MutableSequence[int]] | None = None,
 ) -> None:
     """The engine process: run the engine until ``stop`` is set or the bridge is gone."""
     _die_with(parent)
@@ -123,9 +130,18 @@ def _main(
     logs.configure(settings.log_format, settings.log_level)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     _speed_up()
+    writer: JournalWriter | None = None
+    if journal is not None:  # the engine's own files, next to the bridge's
+        spec, counters = journal
+        writer = JournalWriter(spec, "engine", counters=counters).start()
     engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots),
-                    level_prefetch=settings.staging_level_prefetch)
-    engine.run(stop)
+                    level_prefetch=settings.staging_level_prefetch,
+                    sinks=[JournalSink(writer)] if writer is not None else [])
+    try:
+        engine.run(stop)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _speed_up() -> None:

@@ -15,6 +15,7 @@ from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
+from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics
 from bridge.frontends.amqp.server import AmqpRelay
 from bridge.frontends.amqp.translate import PublishScreen
@@ -100,9 +101,11 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
     targets = target_checks(settings)
+    journal = Journal.open(settings, metrics.registry)
+    journaled = journal.sinks if journal is not None else []
     guard = StagingGuard(layout)
-    delay = DelayInterceptor(fmt=fmt, config=config, layout=layout, sinks=[StatsSink(staging)],
-                             targets=targets)
+    delay = DelayInterceptor(fmt=fmt, config=config, layout=layout,
+                             sinks=[StatsSink(staging), *journaled], targets=targets)
     chain = Chain([
         guard,
         delay,
@@ -110,7 +113,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
             table=settings.redelivery, fmt=fmt, layout=layout,
             undelivered=f"/queue/{settings.undelivered_queue}",
             sinks=[FailureTally(metrics.relay.redeliveries, metrics.relay.dead_letters),
-                   LogSink(logs.get("redelivery"))],
+                   LogSink(logs.get("redelivery")), *journaled],
         ),
     ])
     stomp = StompServer(
@@ -143,7 +146,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 
-    engine = EngineProcess(settings, layout, staging) if settings.staging_engine else None
+    engine = EngineProcess(
+        settings, layout, staging,
+        journal=(journal.spec, journal.engine_counters) if journal is not None else None,
+    ) if settings.staging_engine else None
     watching: asyncio.Task[None] | None = None
     if engine is not None:
         staging.pending = lambda: staging.pending_count
@@ -172,4 +178,6 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         watching.cancel()
         await engine.close()
     await admin.stop()
+    if journal is not None:
+        journal.close()
     log.info("stopped")

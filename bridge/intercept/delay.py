@@ -63,7 +63,7 @@ class DelayInterceptor(Interceptor):
             if self.sinks:
                 self._tell(Outcome(Kind.REFUSED, self.clock(), send.headers.get(
                     self.fmt.message_id_header or "message-id"), send.destination,
-                    reason=refusal.reason, detail=refusal.detail))
+                    reason=refusal.reason, detail=refusal.detail, size=send.body_size))
             return Refuse(refusal)
 
     def _tell(self, outcome: Outcome) -> None:
@@ -120,5 +120,6 @@ class DelayInterceptor(Interceptor):
         )
         if self.sinks:
             self._tell(Outcome(Kind.STAGED, now, dict(staged)[envelope.MESSAGE_ID], destination,
-                               delayed.due_ms, delayed.expires_ms, queue=queue))
+                               delayed.due_ms, delayed.expires_ms, queue=queue,
+                               size=send.body_size))
         return Rewrite(staging, staged)

@@ -117,13 +117,14 @@ class RedeliveryInterceptor(Interceptor):
         if isinstance(action, Redeliver):
             outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, d.destination,
                                     now + action.delay_ms, detail=policy_text,
-                                    count=failures))
+                                    count=failures, size=d.body_size))
             if action.delay_ms <= 0:
                 return Copy(d.ack_id, d.destination, tuple(headers.items()))
             return self._staged(d, headers, now + action.delay_ms, now)
         if isinstance(action, Delete):
             outcomes.append(Outcome(Kind.DELETED, now, original_id, d.destination,
-                                    reason=action.reason, detail=policy_text, count=failures))
+                                    reason=action.reason, detail=policy_text, count=failures,
+                                    size=d.body_size))
             return Copy(d.ack_id, None)
         where = action.destination if isinstance(action, Move) else self.undelivered
         assert isinstance(action, Move | Undelivered)
@@ -140,7 +141,8 @@ class RedeliveryInterceptor(Interceptor):
         })
         kind = Kind.DEAD_LETTERED if isinstance(action, Move) else Kind.UNDELIVERED
         outcomes.append(Outcome(kind, now, original_id, d.destination, reason=action.reason,
-                                detail=policy_text, queue=where, count=failures))
+                                detail=policy_text, queue=where, count=failures,
+                                size=d.body_size))
         return Copy(d.ack_id, where, tuple(headers.items()))
 
     def _staged(self, d: Delivery, headers: dict[str, str], due_ms: int, now: int) -> Copy:

@@ -732,7 +732,7 @@ class Engine:
                     Kind.INVALID, now_ms,
                     message_id=headers.get("message-id") or headers.get("amqp-message-id"),
                     target=headers.get(PREFIX + "target"), queue=self.invalid_queue,
-                    detail=f"{w.error} (on {w.queue})",
+                    detail=f"{w.error} (on {w.queue})", size=len(w.move.held.message.body),
                 ))
             else:
                 assert staged is not None
@@ -744,6 +744,7 @@ class Engine:
                         MQFB_EXPIRATION if kind is _Kind.EXPIRE else None),
                     detail=refused.text if refused is not None else "",
                     queue=self.undeliverable_queue if kind is _Kind.UNDELIVERABLE else None,
+                    size=len(w.move.held.message.body),
                 ))
             if w.order is not None and w.order.reply_topic:
                 answer = w.order.answer(_DONE.get(w.kind, w.kind.value))

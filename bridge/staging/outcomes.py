@@ -49,6 +49,7 @@ class Outcome:
     detail: str = ""
     queue: str | None = None  # the queue it went to (staging level, undeliverable, invalid)
     count: int = 1
+    size: int | None = None  # body bytes, where the producer of the outcome has them at hand
 
     @property
     def late_ms(self) -> int | None:

@@ -1,0 +1,34 @@
+"""The report's command-line options, without importing Spark (``jms-bridge --help`` stays
+quick, and works where the ``pipeline`` extra is not installed)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+
+def parse_time(value: str) -> int:
+    """Epoch ms, or an ISO 8601 date or time (UTC unless it says otherwise)."""
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected epoch ms or an ISO 8601 time, got {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--journal", metavar="PATH", required=True, action="append",
+                   help="journal folder, file or glob, any URI Spark reads (repeatable)")
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="where the Parquet tables and report.html go")
+    p.add_argument("--since", metavar="T", type=parse_time,
+                   help="from this time (epoch ms or ISO 8601, UTC by default)")
+    p.add_argument("--until", metavar="T", type=parse_time, help="up to this time (excluded)")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default: embedded local[*], or spark-submit's own)")
