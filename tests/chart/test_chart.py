@@ -245,7 +245,7 @@ def test_settings_still_to_land_have_a_place_in_values() -> None:
                        "redelivery-limit": 5, "error-destination": "payments.dlq"},
     }
     assert config["message-retry"] == {"attempts": 3}
-    assert config["journal"] == {"directory": "/var/lib/jms-bridge/journal"}
+    assert config["journal"] == "/var/lib/jms-bridge/journal"
     assert config["amqp-listen"] == "0.0.0.0:5673"
     assert config["log-level"] == "warning"  # extraConfig is merged last
 

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.test_chart import secret_env
 from tests.chart.tools import EVERY_OPTION, ROOT, by_kind, template
@@ -38,7 +39,14 @@ def test_bridge_runs_with_the_rendered_config(tmp_path: Path) -> None:
     # Only the broker's address differs from the file: here it is the local RabbitMQ.
     manifests = template(EVERY_OPTION, sets=(f"upstream.host={rabbit.stomp_host}",))
     config = tmp_path / "config.yaml"
-    config.write_text(by_kind(manifests, "ConfigMap")["data"]["config.yaml"])
+    rendered = yaml.safe_load(by_kind(manifests, "ConfigMap")["data"]["config.yaml"])
+    # The pod's paths, mounted here from the test's own folder: the Secret's token file and
+    # the journal's volume.
+    assert rendered["admin-token-file"] == "/etc/jms-bridge-admin/token"
+    (tmp_path / "token").write_text("s3cret\n")
+    rendered["admin-token-file"] = str(tmp_path / "token")
+    rendered["journal"] = str(tmp_path / "journal")
+    config.write_text(yaml.safe_dump(rendered))
     env = secret_env(manifests, by_kind(manifests, "Deployment"))
     assert env["JMS_BRIDGE_UPSTREAM_STOMP"] == f"stomp://guest:guest@{rabbit.stomp_host}:61613"
 

@@ -125,6 +125,9 @@ in the image accepts: it rejects a config file with an unknown key. */}}
 {{- with $b.redelivery }}{{ $_ := set $c "redelivery" . }}{{ end -}}
 {{- with $b.messageRetry }}{{ $_ := set $c "message-retry" . }}{{ end -}}
 {{- with $b.journal }}{{ $_ := set $c "journal" . }}{{ end -}}
+{{- if .Values.adminToken.existingSecret -}}
+{{- $_ := set $c "admin-token-file" "/etc/jms-bridge-admin/token" -}}
+{{- end -}}
 {{- if $b.amqpListen -}}
 {{- $_ := set $c "amqp-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.amqp)) -}}
 {{- end -}}
