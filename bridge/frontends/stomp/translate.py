@@ -10,7 +10,8 @@ deliveries, and a lost connection can be offered as ``Settle`` views with what t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from bridge.frontends.stomp.escaping import escape
 from bridge.frontends.stomp.frame import Frame, serialize
@@ -66,8 +67,70 @@ def subscribe_view(frame: Frame, principal: Principal) -> Subscribe:
     return Subscribe(frame.get("destination") or "", principal)
 
 
+_NEEDLES: dict[str, bytes] = {}
+
+
+class FrameHeaders(Mapping[str, str]):
+    """A MESSAGE's headers, read off its bytes one at a time: a delivery view costs a few
+    substring searches, and the frame is decoded whole only when something iterates over it or
+    a value holds an escape. First occurrence wins, as when decoded."""
+
+    __slots__ = ("_frame", "_all")
+
+    def __init__(self, frame: Frame) -> None:
+        self._frame = frame
+        self._all: dict[str, str] | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if self._all is None:
+            needle = _NEEDLES.get(name)
+            if needle is None:
+                needle = _NEEDLES.setdefault(name, b"\n" + name.encode() + b":")
+            frame = self._frame
+            raw, end = frame.raw, frame.body_at
+            at = raw.find(needle, 0, end)
+            if at < 0:
+                return default
+            start = at + len(needle)
+            value = raw[start:raw.find(b"\n", start, end)]
+            if b"\\" not in value and b"\r" not in value:
+                try:
+                    return value.decode()
+                except UnicodeDecodeError:
+                    pass
+        return self._decoded().get(name, default)
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return str(value)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def _decoded(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = headers_of(self._frame)
+        return self._all
+
+
 def delivery_view(frame: Frame, version: str | None) -> Delivery:
-    headers = headers_of(frame)
+    """A MESSAGE as a view. Plain ASCII headers without escapes (the common case) are read off
+    the bytes as needed; any others are decoded now, so a header the broker got wrong is found
+    here (a protocol error the session reports) and not later, when a settlement reads it."""
+    head = frame.raw[:frame.body_at]
+    headers: Mapping[str, str]
+    if b"\\" in head or not head.isascii():
+        headers = headers_of(frame)
+    else:
+        headers = FrameHeaders(frame)
     return Delivery(
         destination=headers.get("destination", ""),
         subscription=headers.get("subscription", ""),
@@ -78,7 +141,7 @@ def delivery_view(frame: Frame, version: str | None) -> Delivery:
     )
 
 
-def ack_id(headers: dict[str, str], version: str | None) -> str:
+def ack_id(headers: Mapping[str, str], version: str | None) -> str:
     """What a client names a MESSAGE by in its ACK or NACK: STOMP 1.2 its ``ack`` header,
     earlier versions its ``message-id``."""
     if version == "1.2":
