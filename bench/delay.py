@@ -472,11 +472,11 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
     wait_quiet(f"{broker_name} {how} through the bridge")
     bridge = Bridge(broker_name, args)
     try:
-        before, cpu0 = bridge.app.metrics(), bridge.cpu()
+        before, cpu0 = bridge.metrics(), bridge.cpu()
         run = lateness_run(broker, bridge.address, broker, [f"/queue/{target}"] * n, target, delays,
                            "x-delay", body, args.timeout, rate)
         time.sleep(0.5)
-        run["bridge_histogram"] = histogram(before, bridge.app.metrics())
+        run["bridge_histogram"] = histogram(before, bridge.metrics())
         run["bridge_cpu_s"] = bridge.cpu() - cpu0
         run["bridge_peak_rss_mb"] = bridge.rss()
     finally:
@@ -636,7 +636,7 @@ def part_b(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
     out: dict[str, Any] = {"messages": n, "body_bytes": args.b_size}
     bridge = Bridge(broker_name, args)
     try:
-        before, cpu0 = bridge.app.metrics(), bridge.cpu()
+        before, cpu0 = bridge.metrics(), bridge.cpu()
         elapsed = windowed_send(bridge.address, broker, f"/queue/{target}", n, b"x" * args.b_size,
                                 args.window, args.timeout, delays=delays)
         out["stage_s"] = elapsed
@@ -650,7 +650,7 @@ def part_b(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
         out["rss_hwm_after_settle_mb"] = bridge.rss()
         out["rss_after_settle_mb"] = vm_rss_mb(bridge.proc.pid)
         out["bridge_cpu_s"] = bridge.cpu() - cpu0
-        h = histogram(before, bridge.app.metrics())
+        h = histogram(before, bridge.metrics())
         out["bridge_staged"], out["bridge_released"] = h["staged"], h["released"]
         if broker_name == "rabbitmq":
             out["pending_on_broker"] = sum(rabbit_counts(args, staging_queues(args.staging_prefix)).values())
