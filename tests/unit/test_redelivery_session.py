@@ -87,6 +87,20 @@ def test_a_nack_within_the_immediate_range_puts_a_copy_back_then_acks() -> None:
     assert send.get("destination") == "/queue/x"
 
 
+def test_the_receipt_of_a_copy_takes_its_end_of_line_along() -> None:
+    """ActiveMQ ends each frame with an EOL; a receipt kept from the client must not leave
+    its EOL behind: stomp.py 8 drops a frame that starts a read with two EOLs."""
+    s = session()
+    delivered(s, message(1))
+    delivered(s, message(2))
+    (first,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    assert s.from_broker(receipt(first) + b"\n").to_client == []
+    (second,) = frames(s.from_client(serialize("NACK", [("id", "a2")], b"")).to_broker)
+    both = s.from_broker(receipt(second) + b"\n" + message(3) + b"\n")
+    assert b"".join(both.to_client).startswith(b"MESSAGE\n")
+    assert b"".join(both.to_client).endswith(b"\x00\n")  # the broker's own EOLs still pass
+
+
 def test_a_nack_in_the_delayed_range_is_staged_back_to_its_queue() -> None:
     s = session()
     delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))  # count 3

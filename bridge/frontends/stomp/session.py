@@ -198,6 +198,9 @@ class Session:
         self._awaiting: set[str] = set()
         self._after: list[bytes] = []
         self._client_gone = False
+        # A broker frame kept from the client (the receipt of a copy) takes the EOL after it
+        # along: EOLs piled up before a frame make stomp.py 8 drop that frame.
+        self._eat_eol = False
 
     @property
     def state(self) -> State:
@@ -387,9 +390,13 @@ class Session:
         for event in events:
             if event is HEARTBEAT:
                 stats.heartbeats["downstream"] += 1
+                if self._eat_eol:
+                    self._eat_eol = False
+                    continue
                 out.to_client.append(b"\n")
                 continue
             assert isinstance(event, Frame)
+            self._eat_eol = False
             command = event.command
             frames[command] += 1
             nxt = self._broker_moves.get(command)
@@ -401,6 +408,7 @@ class Session:
                 receipt_id = event.get("receipt-id") or ""
                 if receipt_id in self._awaiting:
                     self._receipted(receipt_id, out)
+                    self._eat_eol = True
                     continue
             if command == "MESSAGE" and self.screen.deliveries:
                 out.to_client.append(self._delivered(event))
