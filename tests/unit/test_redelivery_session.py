@@ -75,10 +75,11 @@ def test_a_nack_within_the_immediate_range_puts_a_copy_back_then_acks() -> None:
     assert copy.get(envelope.DELIVERY_COUNT) == "1" and copy.get("app") == "v"
     assert copy.get("amqp-message-id") == "M1" and copy.body == b"body\x00\x01"
     assert copy.get("message-id") is None and copy.get("ack") is None
-    assert out.hold
-    # the client's next frames wait for the broker's receipt
+    assert not out.hold  # a client-individual NACK does not hold the client up
+    # the client's next frames that are not such a NACK or ACK wait for the broker's receipt
     later = serialize("SEND", [("destination", "/queue/x")], b"next")
-    assert s.from_client(later).to_broker == []
+    held = s.from_client(later)
+    assert held.to_broker == [] and held.hold
     done = s.from_broker(receipt(copy))
     assert done.to_client == [] and done.unhold  # our receipt is not the client's
     ack, send = frames(done.to_broker)
@@ -99,6 +100,34 @@ def test_the_receipt_of_a_copy_takes_its_end_of_line_along() -> None:
     both = s.from_broker(receipt(second) + b"\n" + message(3) + b"\n")
     assert b"".join(both.to_client).startswith(b"MESSAGE\n")
     assert b"".join(both.to_client).endswith(b"\x00\n")  # the broker's own EOLs still pass
+
+
+def test_client_individual_failures_go_on_while_copies_wait_for_receipts() -> None:
+    """Each original is acknowledged when its own copy is confirmed, in whatever order the
+    receipts come; an ACK of another delivery goes up at once."""
+    s = session()
+    for n in (1, 2, 3):
+        delivered(s, message(n))
+    (c1,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    (c2,) = frames(s.from_client(serialize("NACK", [("id", "a2")], b"")).to_broker)
+    (ack3,) = frames(s.from_client(serialize("ACK", [("id", "a3")], b"")).to_broker)
+    assert ack3.command == "ACK" and ack3.get("id") == "a3"
+    (ack2,) = frames(s.from_broker(receipt(c2)).to_broker)
+    assert ack2.get("id") == "a2"
+    (ack1,) = frames(s.from_broker(receipt(c1)).to_broker)
+    assert ack1.get("id") == "a1"
+
+
+def test_in_client_mode_a_failure_holds_the_client_until_its_copy_is_confirmed() -> None:
+    """A cumulative ACK after a NACK could settle the original before its copy is safe."""
+    s = session(ack="client")
+    delivered(s, message(1))
+    delivered(s, message(2))
+    (copy,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    held = s.from_client(serialize("ACK", [("id", "a2")], b""))
+    assert held.to_broker == [] and held.hold
+    ack1, ack2 = frames(s.from_broker(receipt(copy)).to_broker)
+    assert (ack1.get("id"), ack2.get("id")) == ("a1", "a2")
 
 
 def test_a_nack_in_the_delayed_range_is_staged_back_to_its_queue() -> None:
