@@ -53,7 +53,6 @@ from typing import Any
 
 import stomp
 import yaml
-
 from stomp_throughput import (
     BROKERS,
     BenchError,
@@ -210,7 +209,8 @@ class Bridge(Server):
         host, port = parse_address(upstream)
         listen, self.admin = free_port(), free_port()
         argv = [sys.executable, "-m", "bridge.app.cli", "run", "--broker", broker_name,
-                "--upstream-stomp", f"stomp://{host}:{port}", "--stomp-listen", f"127.0.0.1:{listen}",
+                "--upstream-stomp", f"stomp://{host}:{port}",
+                "--stomp-listen", f"127.0.0.1:{listen}",
                 "--admin-listen", f"127.0.0.1:{self.admin}", "--log-level", LOG_LEVEL,
                 "--staging-prefix", prefix, "--config", str(config)]
         super().__init__("bridge", argv, listen, timeout)
@@ -273,7 +273,8 @@ def run_broker(name: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         out["broker_requeue"] = None
     if name == "rabbitmq":
-        remove_queues([f"jbr-{run_id}.{r}" for r in (*RUNS, "broker", "default.paced", "staged.paced")])
+        names = (*RUNS, "broker", "default.paced", "staged.paced")
+        remove_queues([f"jbr-{run_id}.{r}" for r in names])
     return out
 
 
@@ -315,7 +316,8 @@ def summarize(r: dict[str, Any]) -> list[str]:
             if x["early"] > GOALS["early"]:
                 failed.append(f"{run}: {x['early']} early")
             if x["wrong_count"]:
-                failed.append(f"{run}: {x['wrong_count']} deliveries with a wrong JMSXDeliveryCount")
+                failed.append(f"{run}: {x['wrong_count']} deliveries with a wrong "
+                              "JMSXDeliveryCount")
         if paced and lat["p99"] is not None and lat["p99"] > GOALS["p99_ms"]:
             failed.append(f"{run}: p99 {lat['p99']:.1f} ms > {GOALS['p99_ms']} ms")
     print("(lateness of the runs from a full queue includes the wait behind the queue's backlog:"
@@ -326,7 +328,8 @@ def summarize(r: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--brokers", default="rabbitmq,activemq")
     p.add_argument("--messages", type=int, default=10_000)
     p.add_argument("--size", type=int, default=256)
