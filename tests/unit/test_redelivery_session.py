@@ -130,6 +130,20 @@ def test_in_client_mode_a_failure_holds_the_client_until_its_copy_is_confirmed()
     assert (ack1.get("id"), ack2.get("id")) == ("a1", "a2")
 
 
+def test_a_disconnect_with_deliveries_unsettled_fails_them_first() -> None:
+    """The copies go up, then the ACKs of the originals once confirmed, then the DISCONNECT
+    (an immediate redelivery is left to the broker, as when the connection drops)."""
+    s = session(version="1.0", ack="client")
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    out = s.from_client(serialize("DISCONNECT", [("receipt", "bye")], b""))
+    (copy,) = frames(out.to_broker)
+    assert copy.command == "SEND" and copy.get(envelope.DELIVERY_COUNT) == "3"
+    assert out.hold
+    ack, bye = frames(s.from_broker(receipt(copy)).to_broker)
+    assert (ack.command, ack.get("message-id")) == ("ACK", "T_1")
+    assert (bye.command, bye.get("receipt")) == ("DISCONNECT", "bye")
+
+
 def test_a_nack_in_the_delayed_range_is_staged_back_to_its_queue() -> None:
     s = session()
     delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))  # count 3
@@ -178,14 +192,16 @@ def test_an_abort_goes_up_first_then_copies_replace_what_it_rolled_back() -> Non
 
 def test_a_lost_client_s_deliveries_are_replaced_before_the_upstream_closes() -> None:
     s = session()
-    delivered(s, message(1))
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))  # delayed
     delivered(s, message(2, "/queue/gone"))
+    delivered(s, message(3))  # redelivered at once: left to the broker
     out: Output = s.client_lost()
     assert out.close is None
     (copy,) = frames(out.to_broker)  # the deleted one needs no copy
+    assert copy.get(envelope.TARGET) == "/queue/orders"
     done = s.from_broker(receipt(copy))
     acks = frames(done.to_broker)
-    assert sorted(a.get("id") or "" for a in acks) == ["a1", "a2"]
+    assert sorted(a.get("id") or "" for a in acks) == ["a1", "a2"]  # a3 is not acked
     assert done.close is not None
 
 

@@ -290,7 +290,15 @@ class Session:
                     return out
                 if isinstance(decision, Replace):
                     self._replace(decision, event, out)
-                    continue
+                    if command != "DISCONNECT":
+                        continue
+                    if self._awaiting:  # it goes up once the copies are confirmed
+                        frames[command] -= 1  # counted when it is offered again
+                        at = next(i for i, e in enumerate(events) if e is event)
+                        self._held, self._held_error = events[at:], error
+                        out.hold = True
+                        return out
+                    decision = RELAY
                 if isinstance(decision, Refuse):
                     refusal = decision.refusal
                     stats.refusals[refusal.reason.name] += 1
@@ -327,6 +335,9 @@ class Session:
         if command == "UNSUBSCRIBE":
             consumers.unsubscribed(frame)
             return RELAY
+        if command == "DISCONNECT":  # leaving with deliveries unsettled fails them
+            lost = consumers.lost(self.principal)
+            return RELAY if lost is None else chain.on_settle(lost)
         settle = consumers.settle(frame, self.version, self.principal)
         if settle is None:
             return RELAY

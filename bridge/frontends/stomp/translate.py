@@ -41,7 +41,7 @@ class Screen:
         if interest.subscribes:
             commands.add("SUBSCRIBE")
         if interest.settlements:
-            commands.update(("SUBSCRIBE", "UNSUBSCRIBE", *SETTLING))
+            commands.update(("SUBSCRIBE", "UNSUBSCRIBE", "DISCONNECT", *SETTLING))
         self.client_commands = frozenset(commands)
         self.deliveries = interest.deliveries or interest.settlements
 
