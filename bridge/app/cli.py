@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="client connections at once (default 10000)")
     run.add_argument("--max-connections-per-address", metavar="N",
                      help="client connections at once from one address (default 1000)")
+    run.add_argument("--upstream-wait", metavar="SECONDS",
+                     help="exit 1 if the broker does not answer within SECONDS of start "
+                          "(default: start anyway and connect when it comes)")
     run.add_argument("--undelivered-queue", metavar="NAME",
                      help="where failed deliveries go when their policy says undelivered "
                           "(default jms-bridge.undelivered)")

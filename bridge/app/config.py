@@ -59,6 +59,9 @@ class Settings:
     # (the client's and its upstream connection's).
     max_connections: int = 10_000
     max_connections_per_address: int = 1_000
+    # Seconds to wait for the broker at start before exiting 1 (the old fail-fast start);
+    # None: start at once and connect whenever the broker comes.
+    upstream_wait: float | None = None
     # Bearer tokens of the admin API, one a line (read by bridge.app.auth when serving).
     admin_token_file: str | None = None
     # The event journal's folder (``bridge.app.journal``); None: no journal.
@@ -157,6 +160,17 @@ def _convert(name: str, value: Any, source: str) -> Any:
             seconds = -1.0
         if not 0.1 <= seconds <= 3600:
             raise ConfigError(f"{what}: expected seconds from 0.1 to 3600, got {value!r}")
+        return seconds
+    if name == "upstream-wait":
+        text = str(value).strip().lower()
+        if text in ("", "off", "none"):
+            return None
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= 3600:
+            raise ConfigError(f"{what}: expected seconds from 0 to 3600 (or off), got {value!r}")
         return seconds
     if name in ("max-connections", "max-connections-per-address"):
         text = str(value).strip()

@@ -6,17 +6,19 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+from structlog.typing import FilteringBoundLogger
 
 from adapters.base import PutCheck
 from bridge.app import logs
-from bridge.app.admin import Admin, probe
+from bridge.app.admin import Admin
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics
+from bridge.app.rlimits import needed, raise_open_files
+from bridge.app.upstream import BrokerWatch
 from bridge.frontends.amqp.server import AmqpRelay
 from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.stomp.server import StompServer
@@ -30,20 +32,7 @@ from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
 from policies.endpoints import Endpoint
-from policies.errors import BrokerUnavailable, ConfigError
-
-
-async def wait_for_broker(name: str, target: Endpoint, patience: float = 3.0) -> None:
-    """Give a broker that is just starting a moment; then say plainly that it is not there."""
-    retrying = AsyncRetrying(
-        stop=stop_after_delay(patience),
-        wait=wait_fixed(0.5),
-        retry=retry_if_result(lambda problem: problem is not None),
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else "?",
-    )
-    problem: str | None = await retrying(probe, target)
-    if problem is not None:
-        raise BrokerUnavailable(f"{name} STOMP at {target} is not reachable: {problem}")
+from policies.errors import ConfigError
 
 
 async def _listen(what: str, where: Endpoint, start: object) -> None:
@@ -55,7 +44,8 @@ async def _listen(what: str, where: Endpoint, start: object) -> None:
 
 def _prepare_staging(settings: Settings, layout: Layout) -> None:
     """Declare the staging queues (clients send to them by name) with the bridge's own
-    connection; BrokerUnavailable when the broker cannot be reached that way."""
+    connection; BrokerUnavailable when the broker cannot be reached that way. Run by the
+    BrokerWatch, at start or whenever the broker first answers."""
     broker = staging_broker(settings)
     broker.connect()
     try:
@@ -88,15 +78,31 @@ def delay_config(settings: Settings) -> DelayConfig:
     )
 
 
+def _say_open_files(settings: Settings, log: FilteringBoundLogger, soft: int, hard: int) -> None:
+    """The open-file limit (raised as far as allowed), against what the connection limit may
+    take."""
+    want = needed(settings.max_connections)
+    if 0 <= soft < want:
+        log.warning("open-file limit lower than --max-connections needs", open_files=soft,
+                    hard_limit=hard, needed=want,
+                    hint="raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower "
+                         "--max-connections")
+    else:
+        log.info("open-file limit", open_files=soft, hard_limit=hard, needed=want)
+
+
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     log = logs.get("bridge")
     loop = asyncio.get_running_loop()
     tokens = TokenFile(settings.admin_token_file) if settings.admin_token_file else None
-    await wait_for_broker(settings.broker, settings.upstream_stomp)
     config = delay_config(settings)
     fmt = staged_format(settings)
     layout = layout_for(fmt, settings.staging_prefix)
-    await loop.run_in_executor(None, _prepare_staging, settings, layout)
+    watch = BrokerWatch(settings.broker, settings.upstream_stomp,
+                        lambda: _prepare_staging(settings, layout))
+    if settings.upstream_wait is not None:  # the fail-fast start, asked for: one line
+        await watch.wait(settings.upstream_wait, quiet=True)
+    soft_files = raise_open_files()  # before the listeners: said once they are up
     metrics = Metrics()
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
@@ -134,6 +140,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging_stats=staging,
         redelivery=settings.redelivery,
         tokens=tokens,
+        readiness=watch.readiness,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
@@ -155,6 +162,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging.pending = lambda: staging.pending_count
         engine.start()
         watching = asyncio.create_task(engine.watch())
+    _say_open_files(settings, log, *soft_files)
+    waiting = None if watch.prepared else asyncio.create_task(watch.wait())
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -166,11 +175,14 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         admin=str(settings.admin_listen),
         admin_token="file" if tokens is not None else "none: /staged refused",
         upstream=str(settings.upstream_stomp),
+        broker_ready=watch.prepared,
     )
     if ready is not None:
         ready.set()
     await stop.wait()
     log.info("shutting down", open=len(stomp.links))
+    if waiting is not None:
+        waiting.cancel()
     await stomp.shutdown()
     if amqp is not None:
         await amqp.close()

@@ -126,8 +126,9 @@ class ClientLink(asyncio.Protocol):
         except (TimeoutError, OSError) as exc:
             reason = str(exc) or type(exc).__name__
             self.log.warning("upstream unreachable", upstream=str(target), error=reason)
-            self._apply(self.session.broker_lost(
-                f"{self.server.broker} at {target} is not reachable: {reason}"))
+            self.server.stats.protocol_errors["broker-unreachable"] += 1
+            self._apply(self.session.broker_unreachable(
+                f"{self.server.broker} STOMP at {target} is not reachable: {reason}"))
             return
         assert proto.transport is not None
         if self._closing:  # the client left while we were connecting

@@ -43,10 +43,17 @@ from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse, Replace, Stamp
 from bridge.intercept.views import Principal, Settlement
 from policies.errors import Refused
+from policies.reasons import MQRC_CONNECTION_BROKEN, MQRC_HOST_NOT_AVAILABLE, Reason
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 _receipts = itertools.count(1)
 DEFAULT_LIMITS = Limits()
+
+
+def _reason_frame(reason: Reason, message: str, detail: str, version: str | None) -> bytes:
+    """An ERROR frame whose message starts with the MQRC reason, as refusals' do."""
+    return error_frame(f"{reason}: {message}", detail=detail, version=version,
+                       headers=[("reason-code", str(reason.code)), ("reason", reason.name)])
 
 
 class State(enum.Enum):
@@ -495,9 +502,17 @@ class Session:
         """The upstream connection ended: tell the client unless the session was ending."""
         out = Output(close=f"broker connection closed: {why}")
         if self.state not in (State.DISCONNECTING, State.CLOSED):
-            out.to_client.append(
-                error_frame("the broker closed the connection", detail=why, version=self.version)
-            )
+            out.to_client.append(_reason_frame(MQRC_CONNECTION_BROKEN,
+                                               "the broker closed the connection", why,
+                                               self.version))
+        self.state = State.CLOSED
+        return out
+
+    def broker_unreachable(self, why: str) -> Output:
+        """The upstream connection for the client's CONNECT could not be opened."""
+        out = Output(close=f"broker not reachable: {why}")
+        if self.state not in (State.DISCONNECTING, State.CLOSED):
+            out.to_client.append(_reason_frame(MQRC_HOST_NOT_AVAILABLE, why, why, self.version))
         self.state = State.CLOSED
         return out
 
