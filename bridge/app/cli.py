@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="client connections at once (default 10000)")
     run.add_argument("--max-connections-per-address", metavar="N",
                      help="client connections at once from one address (default 1000)")
+    run.add_argument("--max-frame-bytes", metavar="SIZE",
+                     help="largest STOMP frame a client may send (default 64MiB)")
+    run.add_argument("--max-buffered-bytes", metavar="SIZE",
+                     help="bytes held for all clients together before the bridge stops "
+                          "reading them (default 128MiB)")
     run.add_argument("--upstream-wait", metavar="SECONDS",
                      help="exit 1 if the broker does not answer within SECONDS of start "
                           "(default: start anyway and connect when it comes)")

@@ -9,6 +9,7 @@ the bridge never sees a string it has to parse.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -59,6 +60,13 @@ class Settings:
     # (the client's and its upstream connection's).
     max_connections: int = 10_000
     max_connections_per_address: int = 1_000
+    # One STOMP frame (command, headers and body) from a client: a larger one is refused with
+    # an ERROR frame as soon as its content-length says so or the limit is crossed. Below both
+    # brokers' own limits (ActiveMQ's 100 MiB body, RabbitMQ's 128 MiB message).
+    max_frame_bytes: int = 64 * 1024 * 1024
+    # Bytes held for all clients together (frames not yet complete or not yet taken by the
+    # broker); past it the bridge stops reading clients until they are passed on.
+    max_buffered_bytes: int = 128 * 1024 * 1024
     # Seconds to wait for the broker at start before exiting 1 (the old fail-fast start);
     # None: start at once and connect whenever the broker comes.
     upstream_wait: float | None = None
@@ -128,6 +136,22 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     return tuple(v for v in items if v)
 
 
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2,
+          "g": 1024**3, "gib": 1024**3}
+_SIZE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*")
+
+
+def _byte_size(value: Any, what: str, low: int, high: int) -> int:
+    """A number of bytes, plain or with a binary unit: 65536, 64KiB, 64MiB, 1GiB."""
+    m = _SIZE.fullmatch(str(value).lower())
+    if m is None or m.group(2) not in _UNITS:
+        raise ConfigError(f"{what}: expected a size in bytes (65536, 64KiB, 64MiB), got {value!r}")
+    size = int(m.group(1)) * _UNITS[m.group(2)]
+    if not low <= size <= high:
+        raise ConfigError(f"{what}: expected from {low} to {high} bytes, got {value!r}")
+    return size
+
+
 def _convert(name: str, value: Any, source: str) -> Any:
     what = f"{name} (from {source})"
     if name == "broker":
@@ -161,6 +185,10 @@ def _convert(name: str, value: Any, source: str) -> Any:
         if not 0.1 <= seconds <= 3600:
             raise ConfigError(f"{what}: expected seconds from 0.1 to 3600, got {value!r}")
         return seconds
+    if name == "max-frame-bytes":
+        return _byte_size(value, what, 4096, 512 * _UNITS["mib"])
+    if name == "max-buffered-bytes":
+        return _byte_size(value, what, _UNITS["mib"], 64 * _UNITS["gib"])
     if name == "upstream-wait":
         text = str(value).strip().lower()
         if text in ("", "off", "none"):

@@ -17,10 +17,11 @@ from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics
-from bridge.app.rlimits import needed, raise_open_files
+from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.upstream import BrokerWatch
 from bridge.frontends.amqp.server import AmqpRelay
 from bridge.frontends.amqp.translate import PublishScreen
+from bridge.frontends.stomp import Limits
 from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
@@ -103,6 +104,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     if settings.upstream_wait is not None:  # the fail-fast start, asked for: one line
         await watch.wait(settings.upstream_wait, quiet=True)
     soft_files = raise_open_files()  # before the listeners: said once they are up
+    return_freed_memory()
     metrics = Metrics()
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
@@ -130,6 +132,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         handshake_timeout=settings.handshake_timeout,
         max_connections=settings.max_connections,
         max_per_address=settings.max_connections_per_address,
+        limits=Limits(max_frame_bytes=settings.max_frame_bytes),
+        max_buffered_bytes=settings.max_buffered_bytes,
     )
     admin = Admin(
         metrics=metrics,

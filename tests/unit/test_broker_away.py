@@ -8,7 +8,7 @@ import resource
 import pytest
 
 from bridge.app.config import resolve
-from bridge.app.rlimits import needed, raise_open_files
+from bridge.app.resources import needed, raise_open_files
 from bridge.frontends.stomp import FrameParser
 from bridge.frontends.stomp.session import Session, State
 from policies.errors import ConfigError

@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import structlog
 
+from bridge.frontends.budget import Budget
 from bridge.frontends.checks import CheckRunner
 from bridge.frontends.stats import RelayStats
-from bridge.frontends.stomp import error_frame
+from bridge.frontends.stomp import Limits, error_frame
 from bridge.frontends.stomp.session import Output, Session, State
 from bridge.intercept.chain import Chain
 from policies.endpoints import Endpoint
@@ -54,6 +55,10 @@ class _Upstream(asyncio.Protocol):
         self.link.resume_client()
 
 
+def _max(a: Limits, b: Limits) -> Limits:
+    return a if a.max_frame_bytes >= b.max_frame_bytes else b
+
+
 class ClientLink(asyncio.Protocol):
     """One client connection and the upstream connection opened for it."""
 
@@ -61,7 +66,8 @@ class ClientLink(asyncio.Protocol):
         self.server = server
         self.id = next(_ids)
         self.address = "?"
-        self.session = Session(chain=server.chain, stats=server.stats)
+        self.session = Session(chain=server.chain, stats=server.stats, limits=server.limits,
+                               broker_limits=_max(server.limits, Limits()))
         self.log = structlog.get_logger("stomp").bind(conn=self.id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -72,6 +78,7 @@ class ClientLink(asyncio.Protocol):
         self._handshake: asyncio.TimerHandle | None = None
         self._closing = False
         self._client_paused = False
+        self._budget_paused = False  # the bytes held for all clients are at the budget
         self._checking: asyncio.Task[None] | None = None
         self._last_client = self._last_broker = time.monotonic()
         self._watchdog: asyncio.TimerHandle | None = None
@@ -138,18 +145,54 @@ class ClientLink(asyncio.Protocol):
         pending, self._pending = self._pending, []
         if pending:
             self.upstream.write(b"".join(pending))
-        if self.client is not None and not self._client_paused and not self.session.checking:
-            self.client.resume_reading()
+        if self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
+        self._account()
+
+    def _may_read(self) -> bool:
+        """Whether nothing holds the client's reading: back-pressure, a check, the budget."""
+        return (self.client is not None and not self._client_paused and not self._closing
+                and not self._budget_paused and not self.session.checking
+                and (self.upstream is not None or not self._connecting))
+
+    def _account(self) -> None:
+        """Tell the budget what this client holds now: its frame not yet complete and what the
+        broker has not yet taken; stop reading it, or read it again, as the budget says."""
+        if self._closing:
+            return
+        held = self.session.client_buffered
+        if self._client_paused and self.upstream is not None:
+            # Over its high-water mark (then resume_writing comes when it drains); below it,
+            # at most 1 MiB a client, not counted, so nothing counted can go stale.
+            held += self.upstream.get_write_buffer_size()
+        budget = self.server.budget
+        before = budget.total
+        pause = budget.update(self, held)
+        self.server.stats.buffered_bytes += budget.total - before
+        if pause and not self._budget_paused:
+            self._budget_paused = True
+            self.server.stats.budget_pauses += 1
+            if self.client is not None:
+                self.client.pause_reading()
+        elif not pause and self._budget_paused:
+            self.budget_resume()
+
+    def budget_resume(self) -> None:
+        self._budget_paused = False
+        if self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
 
     def data_received(self, data: bytes) -> None:
         self._last_client = time.monotonic()
         self._apply(self.session.from_client(data))
         if self.upstream is None:
             self._connect_once_connected()
+        self._account()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._handshake is not None:
             self._handshake.cancel()
+        self._forget_budget()
         if self.client is None or self not in self.server.links:
             return  # refused at accept: it was never counted
         self._closing = True
@@ -182,8 +225,15 @@ class ClientLink(asyncio.Protocol):
     def resume_client(self) -> None:
         if self.client is not None and self._client_paused and not self._closing:
             self._client_paused = False
-            if not self.session.checking:
+            if self._may_read():
                 self.client.resume_reading()
+        self._account()  # the broker took what was waiting for it
+
+    def _forget_budget(self) -> None:
+        budget = self.server.budget
+        before = budget.total
+        budget.forget(self)
+        self.server.stats.buffered_bytes += budget.total - before
 
     # -- broker side -------------------------------------------------------------------
     def broker_data(self, data: bytes) -> None:
@@ -216,9 +266,8 @@ class ClientLink(asyncio.Protocol):
             self._checking = self.server.checks.start(out.check, self)
         elif out.hold:
             self.hold_client()
-        if out.unhold and not self.session.checking and not self._client_paused:
-            if self.client is not None and not self._closing:
-                self.client.resume_reading()
+        if out.unhold and self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
 
     def hold_client(self) -> None:
         """Stop reading the client until the check is done (the session holds its frames)."""
@@ -232,14 +281,14 @@ class ClientLink(asyncio.Protocol):
         if gone:  # the client left while its frames were held: they went up, now close
             if self._checking is None and self.upstream is not None:
                 self.upstream.close()
-        elif (self._checking is None and not self.session.checking and not self._client_paused
-              and self.client is not None):
-            self.client.resume_reading()
+        elif self._checking is None and self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
 
     def close(self, why: str) -> None:
         if self._closing:
             return
         self._closing = True
+        self._forget_budget()
         self.log.info("closing", why=why)
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -289,7 +338,11 @@ class StompServer:
         handshake_timeout: float = 10.0,
         max_connections: int = 10_000,
         max_per_address: int = 1_000,
+        limits: Limits = Limits(),  # noqa: B008 - frozen
+        max_buffered_bytes: int = 128 * 1024 * 1024,
     ) -> None:
+        self.limits = limits
+        self.budget = Budget(max_buffered_bytes)
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_per_address = max_per_address

@@ -176,6 +176,7 @@ class Session:
         chain: Chain | None = None,
         stats: RelayStats | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        broker_limits: Limits | None = None,
     ) -> None:
         self._state = State.AWAIT_CONNECT
         self._client_moves = _CLIENT_MOVES[self._state]
@@ -195,7 +196,8 @@ class Session:
         self._consumers = Consumers() if self.chain.interest.settlements else None
         self.stats = stats or RelayStats()
         self._client = FrameParser(role="server", limits=limits)
-        self._broker = FrameParser(role="client", limits=limits, validate=False)
+        self._broker = FrameParser(role="client", limits=broker_limits or limits,
+                                   validate=False)
         # While a check runs: the parsed events from the frame that asked for it on, the
         # protocol error that ended their chunk (if one did), and client bytes received since.
         self._held: list[Event] | None = None
@@ -228,6 +230,15 @@ class Session:
         except StompProtocolError as exc:  # frames before the bad one are still relayed
             events, error = exc.events, exc
         return self._relay(events, error, Output())
+
+    @property
+    def client_buffered(self) -> int:
+        """Bytes of the client's kept here: a frame not yet complete, and what arrived while
+        frames were held for a check."""
+        held = self._client.buffered
+        for data in self._held_data:
+            held += len(data)
+        return held
 
     @property
     def checking(self) -> bool:

@@ -1,4 +1,5 @@
-"""The process's open-file limit: raised at start as far as the system allows.
+"""The process's resources: its open-file limit, raised at start as far as the system allows,
+and how freed memory goes back to the system.
 
 Each STOMP client costs the bridge two descriptors (its own socket and its upstream one), so a
 bridge allowed 10,000 connections wants over 20,000; distributions start processes at 1,024.
@@ -6,7 +7,10 @@ bridge allowed 10,000 connections wants over 20,000; distributions start process
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
+import sys
 
 # Descriptors the bridge needs beyond its clients': listeners, the engine's pipes, journal
 # files, admin requests, the staging and check connections.
@@ -31,3 +35,22 @@ def raise_open_files() -> tuple[int, int]:
 def needed(max_connections: int) -> int:
     """Descriptors a bridge with this connection limit may use at most."""
     return 2 * max_connections + SPARE
+
+
+# glibc's mallopt: allocations of at least this many bytes get pages of their own, given back
+# when freed. Setting it also stops glibc raising the threshold by itself (up to 32 MiB) after
+# large blocks are freed, which made a bridge that had relayed a few large frames keep about
+# 100 MB for ever.
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 256 * 1024
+
+
+def return_freed_memory() -> bool:
+    """Make large freed blocks go back to the system (glibc); False where that cannot be set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
