@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -67,6 +67,14 @@ class Settings:
     # Bytes held for all clients together (frames not yet complete or not yet taken by the
     # broker); past it the bridge stops reading clients until they are passed on.
     max_buffered_bytes: int = 128 * 1024 * 1024
+    # A TLS listener for STOMP clients, with its certificate and key (PEM, reloaded when they
+    # change) and, for mutual TLS, the CA their certificates must be signed by.
+    stomp_tls_listen: Endpoint | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # The CA file a TLS upstream (stomp+ssl://, amqps://) is verified against; else the system's.
+    upstream_ca: str | None = None
     # Seconds to wait for the broker at start before exiting 1 (the old fail-fast start);
     # None: start at once and connect whenever the broker comes.
     upstream_wait: float | None = None
@@ -90,14 +98,17 @@ def parse_hostport(value: str, what: str) -> Endpoint:
     return Endpoint(host.strip("[]"), int(port))
 
 
-def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False) -> Endpoint:
+def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False,
+              tls_scheme: str | None = None) -> Endpoint:
     try:
         parts = urlsplit(value)
         port = parts.port
     except ValueError as exc:
         raise ConfigError(f"{what}: {exc} in {value!r}") from None
-    if parts.scheme != scheme or not parts.hostname or port is None:
-        raise ConfigError(f"{what}: expected {scheme}://[USER:PASS@]HOST:PORT, got {value!r}")
+    if (parts.scheme not in (scheme, tls_scheme) or not parts.hostname or port is None):
+        also = f" or {tls_scheme}://..." if tls_scheme else ""
+        raise ConfigError(f"{what}: expected {scheme}://[USER:PASS@]HOST:PORT{also}, "
+                          f"got {value!r}")
     path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     return Endpoint(
         parts.hostname,
@@ -105,6 +116,7 @@ def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False) -> End
         unquote(parts.username) if parts.username else None,
         unquote(parts.password) if parts.password else None,
         (path or "/") if vhost else None,
+        tls=parts.scheme == tls_scheme,
     )
 
 
@@ -157,12 +169,17 @@ def _convert(name: str, value: Any, source: str) -> Any:
     if name == "broker":
         return _choice(str(value), what, BROKERS)
     if name == "upstream-stomp":
-        return parse_url(str(value), what, "stomp")
+        return parse_url(str(value), what, "stomp", tls_scheme="stomp+ssl")
     if name == "upstream-amqp":
-        return parse_url(str(value), what, "amqp", vhost=True)
+        return parse_url(str(value), what, "amqp", vhost=True, tls_scheme="amqps")
+    if name in ("tls-cert", "tls-key", "tls-client-ca", "upstream-ca"):
+        v = str(value).strip()
+        if not v:
+            raise ConfigError(f"{what}: expected the path of a PEM file")
+        return v
     if name == "upstream-management":
         return parse_url(str(value), what, "http")
-    if name in ("stomp-listen", "admin-listen", "amqp-listen"):
+    if name in ("stomp-listen", "admin-listen", "amqp-listen", "stomp-tls-listen"):
         return parse_hostport(str(value), what)
     if name == "log-format":
         return _choice(str(value), what, LOG_FORMATS)
@@ -297,6 +314,14 @@ def resolve(
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
     if settings.amqp_listen is not None and settings.broker != "rabbitmq":
         raise ConfigError("amqp-listen: the AMQP 0-9-1 front-end is only for --broker rabbitmq")
+    if settings.stomp_tls_listen is not None and not (settings.tls_cert and settings.tls_key):
+        raise ConfigError("stomp-tls-listen: needs --tls-cert and --tls-key (PEM files)")
+    if settings.upstream_ca is not None:  # the CA travels with the endpoints it verifies
+        settings = replace(settings, upstream_stomp=replace(settings.upstream_stomp,
+                                                            ca_file=settings.upstream_ca))
+        if settings.upstream_amqp is not None:
+            settings = replace(settings, upstream_amqp=replace(settings.upstream_amqp,
+                                                               ca_file=settings.upstream_ca))
     if settings.upstream_management is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")
@@ -309,10 +334,14 @@ def bridge_amqp(settings: Settings) -> Endpoint:
     if settings.upstream_amqp is not None:
         return settings.upstream_amqp
     s = settings.upstream_stomp
+    if s.tls:  # RabbitMQ's amqps port, verified as the STOMP one is
+        return Endpoint(s.host, 5671, s.user or "guest", s.password or "guest", "/", True,
+                        s.ca_file)
     return Endpoint(s.host, 5672, s.user or "guest", s.password or "guest", "/")
 
 
 def bridge_stomp(settings: Settings) -> Endpoint:
     """The STOMP endpoint of the bridge's own ActiveMQ connections (admin/admin when none)."""
     s = settings.upstream_stomp
-    return Endpoint(s.host, s.port, s.user or "admin", s.password or "admin")
+    return Endpoint(s.host, s.port, s.user or "admin", s.password or "admin", tls=s.tls,
+                    ca_file=s.ca_file)

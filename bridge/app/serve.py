@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 
 from structlog.typing import FilteringBoundLogger
 
@@ -18,6 +19,7 @@ from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
+from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
 from bridge.frontends.amqp.server import AmqpRelay
 from bridge.frontends.amqp.translate import PublishScreen
@@ -79,6 +81,24 @@ def delay_config(settings: Settings) -> DelayConfig:
     )
 
 
+def tls_listener(settings: Settings) -> CertFiles | None:
+    """The TLS listener's context and certificate files, or None without one."""
+    if settings.stomp_tls_listen is None or not settings.tls_cert or not settings.tls_key:
+        return None
+    ctx = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    return CertFiles(ctx, settings.tls_cert, settings.tls_key)
+
+
+def _quiet_tls_failures(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """A client that fails the TLS handshake (plain text on the TLS port, an unknown CA, TLS
+    1.1) is closed by asyncio; say so in one line instead of a traceback."""
+    exc = context.get("exception")
+    if isinstance(exc, ssl.SSLError | ConnectionResetError | TimeoutError):
+        logs.get("tls").info("TLS handshake failed; connection closed", error=str(exc))
+        return
+    loop.default_exception_handler(context)
+
+
 def _say_open_files(settings: Settings, log: FilteringBoundLogger, soft: int, hard: int) -> None:
     """The open-file limit (raised as far as allowed), against what the connection limit may
     take."""
@@ -96,6 +116,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     log = logs.get("bridge")
     loop = asyncio.get_running_loop()
     tokens = TokenFile(settings.admin_token_file) if settings.admin_token_file else None
+    tls_files = tls_listener(settings)  # a bad certificate or key ends the bridge here
+    upstream_ssl = client_context(settings.upstream_ca) if settings.upstream_stomp.tls else None
     config = delay_config(settings)
     fmt = staged_format(settings)
     layout = layout_for(fmt, settings.staging_prefix)
@@ -134,6 +156,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         max_per_address=settings.max_connections_per_address,
         limits=Limits(max_frame_bytes=settings.max_frame_bytes),
         max_buffered_bytes=settings.max_buffered_bytes,
+        upstream_ssl=upstream_ssl,
     )
     admin = Admin(
         metrics=metrics,
@@ -148,6 +171,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
+    reloading: asyncio.Task[None] | None = None
+    if tls_files is not None and settings.stomp_tls_listen is not None:
+        await _listen("--stomp-tls-listen", settings.stomp_tls_listen,
+                      stomp.listen_tls(settings.stomp_tls_listen, tls_files.ctx))
+        reloading = asyncio.create_task(tls_files.watch())
+        loop.set_exception_handler(_quiet_tls_failures)
     amqp: AmqpRelay | None = None
     if settings.amqp_listen is not None:
         # The same interceptors, on the same views: the consumer side is STOMP's only for now.
@@ -175,6 +204,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         "listening",
         broker=settings.broker,
         stomp=str(settings.stomp_listen),
+        stomp_tls=str(settings.stomp_tls_listen) if settings.stomp_tls_listen else "off",
         amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
         admin=str(settings.admin_listen),
         admin_token="file" if tokens is not None else "none: /staged refused",
@@ -185,8 +215,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         ready.set()
     await stop.wait()
     log.info("shutting down", open=len(stomp.links))
-    if waiting is not None:
-        waiting.cancel()
+    for task in (waiting, reloading):
+        if task is not None:
+            task.cancel()
     await stomp.shutdown()
     if amqp is not None:
         await amqp.close()

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.integration.brokers import Broker
 
 
 class TcpProxy:
     """``accepting=False``: the port is bound but refuses connections, as a broker that has not
     started yet does, until ``open()``."""
 
-    def __init__(self, target: tuple[str, int], *, accepting: bool = True) -> None:
+    def __init__(self, target: tuple[str, int], *, accepting: bool = True,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.target = target
+        self.tls = tls  # given: a TLS server in front of a plain one (a broker's TLS port)
         self.port = 0
         self.listener = self._bind()
         self.pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -55,6 +62,10 @@ class TcpProxy:
             except OSError:
                 return
             try:
+                if self.tls is not None:
+                    client.settimeout(10)
+                    client = self.tls.wrap_socket(client, server_side=True)
+                    client.settimeout(None)
                 upstream = socket.create_connection(self.target)
             except OSError:
                 client.close()  # the broker itself is not there: the client sees it go
@@ -93,3 +104,32 @@ class TcpProxy:
         self._stopped = True
         self._close_listener()
         self.cut()
+
+
+class Away:
+    """Every way from a bridge to its broker (STOMP, and AMQP on RabbitMQ) through a proxy of
+    its own, refusing connections until ``open()``: the broker away, at start or later."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.proxies = [TcpProxy((broker.stomp_host, broker.stomp_port), accepting=False)]
+        self.extra: list[str] = []
+        if broker.name == "rabbitmq":
+            amqp = TcpProxy(("127.0.0.1", 5672), accepting=False)
+            self.proxies.append(amqp)
+            self.extra = ["--upstream-amqp", f"amqp://guest:guest@127.0.0.1:{amqp.port}/%2F"]
+
+    @property
+    def stomp_port(self) -> int:
+        return self.proxies[0].port
+
+    def open(self) -> None:
+        for p in self.proxies:
+            p.open()
+
+    def refuse(self) -> None:
+        for p in self.proxies:
+            p.refuse()
+
+    def close(self) -> None:
+        for p in self.proxies:
+            p.close()

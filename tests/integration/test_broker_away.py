@@ -22,36 +22,8 @@ from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 from tests.integration.clients import Inbox, connect
 from tests.integration.staging_util import clean
-from tests.integration.tcpproxy import TcpProxy
+from tests.integration.tcpproxy import Away
 from tests.integration.test_staging_guarantees import Arrivals, now_ms
-
-
-class Away:
-    """The bridge's ways to the broker (STOMP, and AMQP on RabbitMQ), all through proxies."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.proxies = [TcpProxy((broker.stomp_host, broker.stomp_port), accepting=False)]
-        self.extra: list[str] = []
-        if broker.name == "rabbitmq":
-            amqp = TcpProxy(("127.0.0.1", 5672), accepting=False)
-            self.proxies.append(amqp)
-            self.extra = ["--upstream-amqp", f"amqp://guest:guest@127.0.0.1:{amqp.port}/%2F"]
-
-    @property
-    def stomp_port(self) -> int:
-        return self.proxies[0].port
-
-    def open(self) -> None:
-        for p in self.proxies:
-            p.open()
-
-    def refuse(self) -> None:
-        for p in self.proxies:
-            p.refuse()
-
-    def close(self) -> None:
-        for p in self.proxies:
-            p.close()
 
 
 @contextmanager

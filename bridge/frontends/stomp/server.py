@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import time
 from collections.abc import Callable
 
@@ -90,6 +91,10 @@ class ClientLink(asyncio.Protocol):
         transport.set_write_buffer_limits(high=1 << 20)
         peer = transport.get_extra_info("peername")
         self.log = self.log.bind(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        if transport.get_extra_info("ssl_object") is not None:
+            who = self.server.tls_subject(transport.get_extra_info("peercert"))
+            self.log = self.log.bind(tls=True, client_subject=who)
+            self.log.info("tls client", client_subject=who)
         refusal = self.server.opened(self, peer[0] if peer else "?")
         if refusal is not None:
             self.log.warning("connection refused", why=refusal)
@@ -126,11 +131,13 @@ class ClientLink(asyncio.Protocol):
         try:
             _, proto = await asyncio.wait_for(
                 self.server.loop.create_connection(
-                    lambda: _Upstream(self), target.host, target.port
+                    lambda: _Upstream(self), target.host, target.port,
+                    ssl=self.server.upstream_ssl,
+                    server_hostname=target.host if self.server.upstream_ssl else None,
                 ),
                 timeout=self.server.connect_timeout,
             )
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
             reason = str(exc) or type(exc).__name__
             self.log.warning("upstream unreachable", upstream=str(target), error=reason)
             self.server.stats.protocol_errors["broker-unreachable"] += 1
@@ -340,7 +347,9 @@ class StompServer:
         max_per_address: int = 1_000,
         limits: Limits = Limits(),  # noqa: B008 - frozen
         max_buffered_bytes: int = 128 * 1024 * 1024,
+        upstream_ssl: ssl.SSLContext | None = None,
     ) -> None:
+        self.upstream_ssl = upstream_ssl
         self.limits = limits
         self.budget = Budget(max_buffered_bytes)
         self.handshake_timeout = handshake_timeout
@@ -356,6 +365,7 @@ class StompServer:
         self.links: set[ClientLink] = set()
         self.loop = asyncio.get_running_loop()
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self.log = structlog.get_logger("stomp")
@@ -367,6 +377,32 @@ class StompServer:
         self._server = await self.loop.create_server(
             self.factory(), where.host, where.port, reuse_address=True, backlog=512
         )
+
+    async def listen_tls(self, where: Endpoint, context: ssl.SSLContext) -> None:
+        """The same clients over TLS. A TLS handshake must end within the handshake timeout
+        (a plain-text client fails it at its first bytes and is closed at once); the CONNECT
+        timeout then starts."""
+        self._tls_server = await self.loop.create_server(
+            self.factory(), where.host, where.port, reuse_address=True, backlog=512,
+            ssl=context, ssl_handshake_timeout=self.handshake_timeout,
+        )
+
+    @property
+    def tls_port(self) -> int:
+        assert self._tls_server is not None
+        return int(self._tls_server.sockets[0].getsockname()[1])
+
+    @staticmethod
+    def tls_subject(peercert: dict[str, object] | None) -> str | None:
+        """A client certificate's subject as ``CN=a,O=b``; None without one."""
+        if not peercert:
+            return None
+        short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+                 "countryName": "C"}
+        parts = [f"{short.get(name, name)}={value}"
+                 for rdn in peercert.get("subject", ())  # type: ignore[attr-defined]
+                 for name, value in rdn]
+        return ",".join(parts) or None
 
     @property
     def port(self) -> int:
@@ -404,8 +440,9 @@ class StompServer:
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Stop accepting, end every session with what it already read relayed, close."""
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
         for link in list(self.links):
             link.shutdown()
         try:
