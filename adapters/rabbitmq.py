@@ -312,11 +312,9 @@ FORMAT = StagedFormat(
 
 
 
-def _tls(ep: Endpoint) -> pika.SSLOptions | None:
+def _tls(ep: Endpoint) -> pika.SSLOptions:
     """amqps://: TLS 1.2 or later, the broker's certificate verified against the named CA file
     (else the system's) and its host name checked."""
-    if not ep.tls:
-        return None
     ctx = ssl.create_default_context(cafile=ep.ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return pika.SSLOptions(ctx, server_hostname=ep.host)
@@ -352,8 +350,9 @@ class RabbitMQ:
             socket_timeout=5.0,
             blocked_connection_timeout=blocked_timeout,
             client_properties={"connection_name": "jms-bridge staging"},
-            ssl_options=_tls(amqp),
         )
+        if amqp.tls:
+            self._params.ssl_options = _tls(amqp)
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
         self._conn: pika.BlockingConnection | None = None

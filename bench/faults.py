@@ -1,10 +1,11 @@
 """The broker going away and coming back, for each broker in one run: what the bridge does about
 the messages it staged.
 
-The outage is simulated at the network: the bridge reaches its broker only through TCP proxies
-of this script's (STOMP, and on RabbitMQ AMQP too, for the staging engine); at the outage they
-drop every connection and refuse new ones (connection refused, as a stopped broker's port does),
-then accept again. The brokers themselves keep running (they are shared).
+Its queues are named bench-faults-* (removed at the end). The outage is simulated at the
+network: the bridge reaches its broker only through TCP proxies of this script's (STOMP, and on
+RabbitMQ AMQP too, for the staging engine); at the outage they drop every connection and refuse
+new ones (connection refused, as a stopped broker's port does), then accept again. The brokers
+themselves keep running (they are shared).
 
 A producer sends delayed messages through the bridge at --rate per second (delays uniform over
 --min-delay..--max-delay ms, a receipt on each: only receipted ones count as sent), from
@@ -33,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pika  # noqa: E402
 import stomp  # noqa: E402
 
 from adapters import activemq, rabbitmq  # noqa: E402
@@ -102,11 +104,14 @@ class Consumer(stomp.ConnectionListener):
 def run(broker: Broker, args: Any) -> dict[str, Any]:
     away = Away(broker)
     fmt = {"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}[broker.name]
-    layout = layout_for(fmt, f"jbt-staging-{uuid.uuid4().hex[:8]}")
-    dest = f"/queue/jbt-faults-{uuid.uuid4().hex[:8]}"
+    # Not named jbt-...: a test session ending meanwhile deletes the queues named so.
+    layout = layout_for(fmt, f"bench-faults-staging-{uuid.uuid4().hex[:8]}")
+    target = f"bench-faults-{uuid.uuid4().hex[:8]}"
+    dest = f"/queue/{target}"
     bridge = BridgeProcess(broker.name, f"127.0.0.1:{away.stomp_port}",
                            Path(f"/tmp/jbt-faults-{broker.name}-{uuid.uuid4().hex[:6]}.log"),
-                           extra=["--staging-prefix", layout.prefix, *away.extra])
+                           extra=["--staging-prefix", layout.prefix, *away.extra,
+                                  *args.bridge_args.split()])
     away.open()
     bridge.start()
     try:
@@ -133,13 +138,19 @@ def run(broker: Broker, args: Any) -> dict[str, Any]:
         producer.stop.set()
         producer.join(10)
         last_due = max(producer.due.values(), default=now_ms())
-        while now_ms() < last_due + 3000:
+        while now_ms() < last_due + 30_000 and any(not consumer.arrivals.get(s)
+                                                   for s in producer.due):
             time.sleep(0.1)
+        time.sleep(1.0)  # for duplicates
         consumer.conn.disconnect()
     finally:
         code = bridge.stop()
         away.close()
         clean(broker, layout)
+        if broker.name == "rabbitmq":
+            conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
+            conn.channel().queue_delete(target)
+            conn.close()
     due, arrivals = producer.due, consumer.arrivals
     first_release = min((t for ts in arrivals.values() for t in ts if t >= back_at),
                         default=None)
@@ -155,7 +166,7 @@ def run(broker: Broker, args: Any) -> dict[str, Any]:
         "first_release_s": None if first_release is None else (first_release - back_at) / 1000,
         "sent": len(due), "lost": len(lost), "duplicated": duplicated, "early": len(early),
         "due_in_outage": len(in_outage), "lateness_ms": lateness, "after_back_ms": after_back,
-        "exit": code,
+        "exit": code, "log": str(bridge.log_path),
     }
 
 
@@ -167,7 +178,8 @@ def show(r: dict[str, Any]) -> None:
         return (f"p50 {statistics.median(ordered) / 1000:.2f} s, max "
                 f"{ordered[-1] / 1000:.2f} s")
 
-    print(f"{r['broker']}: outage {r['outage_s']:.1f} s (proxy links refused)")
+    print(f"{r['broker']}: outage {r['outage_s']:.1f} s (proxy links refused); bridge log "
+          f"{r['log']}")
     print(f"  after the broker answered again: /readyz 200 in {r['readyz_s']} s, first release "
           f"in {r['first_release_s']} s")
     print(f"  sent (receipted) {r['sent']}, lost {r['lost']}, duplicated {r['duplicated']}, "
@@ -185,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="delayed sends a second")
     parser.add_argument("--min-delay", type=int, default=1000)
     parser.add_argument("--max-delay", type=int, default=8000)
+    parser.add_argument("--bridge-args", default="", help="extra flags for the bridge")
     args = parser.parse_args(argv)
     results = [run(BROKERS[name], args) for name in args.brokers.split(",")]
     for r in results:

@@ -181,8 +181,13 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     if settings.amqp_listen is not None:
         # The same interceptors, on the same views: the consumer side is STOMP's only for now.
         upstream_amqp = bridge_amqp(settings)
+        # Shared with the STOMP side: the frame limit (as the largest body), the connection
+        # limits (counted per listener) and the broker-away answer (a Connection.Close).
         amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port,
-                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp())
+                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp(),
+                         max_body_size=settings.max_frame_bytes,
+                         max_connections=settings.max_connections,
+                         max_per_address=settings.max_connections_per_address)
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pika
 import pytest
 import stomp
 
 from adapters import activemq, rabbitmq
 from bridge.staging.levels import layout_for
-from tests.integration.bridgeproc import BridgeProcess
-from tests.integration.brokers import Broker
+from tests.integration.bridgeproc import BridgeProcess, free_port
+from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import Inbox, connect
 from tests.integration.staging_util import clean
 from tests.integration.tcpproxy import Away
@@ -159,3 +160,29 @@ def test_the_broker_going_away_and_coming_back(broker: Broker, tmp_path: Path,
     # What the engine held when the link went is redelivered to it: a duplicate is possible
     # only for a release whose acknowledgement the cut lost.
     assert duplicates <= len(delays)
+
+
+def test_amqp_clients_are_told_the_broker_is_away_and_the_connection_limit(
+        tmp_path: Path) -> None:
+    """The AMQP 0-9-1 listener answers a client it cannot carry with a Connection.Close whose
+    text names the reason, the broker away (MQRC_HOST_NOT_AVAILABLE) or a connection limit."""
+    rabbit = BROKERS["rabbitmq"]
+    require(rabbit)
+    amqp_port = free_port()
+    with bridge_before_broker(rabbit, tmp_path) as (bridge, away):
+        bridge.extra += ["--amqp-listen", f"127.0.0.1:{amqp_port}",
+                         "--max-connections-per-address", "2", "--staging-engine", "off"]
+        bridge.start()
+        params = pika.ConnectionParameters("127.0.0.1", amqp_port, connection_attempts=1,
+                                           socket_timeout=5)
+        with pytest.raises(pika.exceptions.AMQPError) as away_error:
+            pika.BlockingConnection(params)
+        assert "MQRC_HOST_NOT_AVAILABLE (2538)" in repr(away_error.value), repr(away_error.value)
+        away.open()
+        wait_ready(bridge, 10)
+        held = [pika.BlockingConnection(params) for _ in range(2)]
+        with pytest.raises(pika.exceptions.AMQPError) as limit_error:
+            pika.BlockingConnection(params)
+        assert "--max-connections-per-address" in repr(limit_error.value)
+        for conn in held:
+            conn.close()
