@@ -157,6 +157,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         limits=Limits(max_frame_bytes=settings.max_frame_bytes),
         max_buffered_bytes=settings.max_buffered_bytes,
         upstream_ssl=upstream_ssl,
+        readiness=watch.readiness,
     )
     admin = Admin(
         metrics=metrics,
@@ -187,7 +188,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
                          hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp(),
                          max_body_size=settings.max_frame_bytes,
                          max_connections=settings.max_connections,
-                         max_per_address=settings.max_connections_per_address)
+                         max_per_address=settings.max_connections_per_address,
+                         readiness=watch.readiness)
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 

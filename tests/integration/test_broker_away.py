@@ -78,7 +78,7 @@ def test_a_bridge_started_before_its_broker_waits_for_it(broker: Broker, tmp_pat
     dest = broker.queue_destination(queue)
     with bridge_before_broker(broker, tmp_path) as (bridge, away):
         started = time.monotonic()
-        bridge.start()
+        bridge.start(ready=False)
         assert bridge.http("/healthz")[0] == 200
         status, body = bridge.http("/readyz")
         assert status == 503 and "not reachable" in json.loads(body)["problem"], body
@@ -172,7 +172,7 @@ def test_amqp_clients_are_told_the_broker_is_away_and_the_connection_limit(
     with bridge_before_broker(rabbit, tmp_path) as (bridge, away):
         bridge.extra += ["--amqp-listen", f"127.0.0.1:{amqp_port}",
                          "--max-connections-per-address", "2", "--staging-engine", "off"]
-        bridge.start()
+        bridge.start(ready=False)
         params = pika.ConnectionParameters("127.0.0.1", amqp_port, connection_attempts=1,
                                            socket_timeout=5)
         with pytest.raises(pika.exceptions.AMQPError) as away_error:

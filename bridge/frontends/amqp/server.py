@@ -53,7 +53,9 @@ class AmqpRelay:
         stats: RelayStats | None = None,
         max_connections: int = 10_000,
         max_per_address: int = 1_000,
+        readiness: Callable[[], str | None] = lambda: None,
     ) -> None:
+        self.readiness = readiness  # why clients cannot be carried yet, or None
         self.max_connections = max_connections
         self.max_per_address = max_per_address
         self._by_address: dict[str, int] = {}
@@ -139,6 +141,12 @@ class _Link:
 
     async def run(self) -> None:
         host, port = self.relay.upstream
+        not_ready = self.relay.readiness()
+        if not_ready is not None:  # the staging queues not yet declared: a publish would be lost
+            self.relay.stats.protocol_errors["broker-unreachable"] += 1
+            await refuse(self.client_r, self.client_w, f"MQRC_HOST_NOT_AVAILABLE (2538): "
+                         f"{not_ready}")
+            return
         try:
             self.up_r, self.up_w = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=READ_SIZE), self.relay.connect_timeout

@@ -122,6 +122,12 @@ class ClientLink(asyncio.Protocol):
         self._connecting = True
         if self._handshake is not None:
             self._handshake.cancel()
+        not_ready = self.server.readiness()
+        if not_ready is not None:  # the broker not yet set up: nothing may be staged yet
+            self.server.stats.protocol_errors["broker-unreachable"] += 1
+            self.log.info("refused: not ready", why=not_ready)
+            self._apply(self.session.broker_unreachable(not_ready))
+            return
         if self.client is not None and not self._client_paused:
             self.client.pause_reading()  # until the broker is there to take what follows
         self.server.loop.create_task(self._connect_upstream())
@@ -348,7 +354,10 @@ class StompServer:
         limits: Limits = Limits(),  # noqa: B008 - frozen
         max_buffered_bytes: int = 128 * 1024 * 1024,
         upstream_ssl: ssl.SSLContext | None = None,
+        readiness: Callable[[], str | None] = lambda: None,
     ) -> None:
+        # Why clients cannot be carried yet (the staging queues not yet declared), or None.
+        self.readiness = readiness
         self.upstream_ssl = upstream_ssl
         self.limits = limits
         self.budget = Budget(max_buffered_bytes)
