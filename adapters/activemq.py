@@ -47,6 +47,7 @@ import json
 import logging
 import queue as queues
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -186,6 +187,14 @@ FORMAT = StagedFormat(
 )
 
 
+
+def _tls(conn: Connection12, ep: Endpoint) -> None:
+    """stomp+ssl://: TLS with the broker's certificate verified (stomp.py verifies only when
+    given a CA file: the named one, else the system's) and its host name checked."""
+    if ep.tls:
+        conn.set_ssl(for_hosts=[(ep.host, ep.port)],
+                     ca_certs=ep.ca_file or ssl.get_default_verify_paths().openssl_cafile)
+
 class ActiveMQ:
     """The staging interface on ActiveMQ through one STOMP 1.2 connection."""
 
@@ -254,6 +263,7 @@ class ActiveMQ:
             reconnect_attempts_max=1,
         )
         conn.set_listener("jms-bridge", listener)
+        _tls(conn, ep)
         try:
             conn.connect(ep.user, ep.password, wait=False)
         except (StompException, OSError) as exc:
@@ -469,6 +479,7 @@ class ActiveMQ:
         conn = Connection12([(ep.host, ep.port)], heartbeats=(0, 0), auto_decode=False,
                             vhost=ep.vhost or "/", reconnect_attempts_max=1)
         conn.set_listener("jms-bridge-stats", listener)
+        _tls(conn, ep)
         self._stats = (conn, inbox)
         try:
             conn.connect(ep.user, ep.password, wait=True)

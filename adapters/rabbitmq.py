@@ -50,6 +50,7 @@ import contextlib
 import functools
 import json
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -310,6 +311,14 @@ FORMAT = StagedFormat(
 )
 
 
+
+def _tls(ep: Endpoint) -> pika.SSLOptions:
+    """amqps://: TLS 1.2 or later, the broker's certificate verified against the named CA file
+    (else the system's) and its host name checked."""
+    ctx = ssl.create_default_context(cafile=ep.ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return pika.SSLOptions(ctx, server_hostname=ep.host)
+
 class RabbitMQ:
     """The staging interface on RabbitMQ through one pika BlockingConnection."""
 
@@ -342,6 +351,8 @@ class RabbitMQ:
             blocked_connection_timeout=blocked_timeout,
             client_properties={"connection_name": "jms-bridge staging"},
         )
+        if amqp.tls:
+            self._params.ssl_options = _tls(amqp)
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
         self._conn: pika.BlockingConnection | None = None

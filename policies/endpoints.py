@@ -12,6 +12,10 @@ class Endpoint:
     user: str | None = None
     password: str | None = None
     vhost: str | None = None
+    # Reached over TLS (stomp+ssl://, amqps://), verified against ``ca_file`` when one is named,
+    # else against the system's CAs.
+    tls: bool = False
+    ca_file: str | None = None
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"

@@ -68,6 +68,7 @@ class Admin:
         staging_stats: StagingStats | None = None,
         redelivery: PolicyTable | None = None,
         tokens: TokenFile | None = None,
+        readiness: Callable[[], str | None] | None = None,
     ) -> None:
         self.metrics = metrics
         self.broker = broker
@@ -77,6 +78,8 @@ class Admin:
         self.staging_stats = staging_stats
         self.redelivery = redelivery if redelivery is not None else PolicyTable()
         self.tokens = tokens
+        # Why the bridge is not ready yet (the broker not yet set up), None once it is.
+        self.readiness = readiness or (lambda: None)
         self.started = time.time()
         self.app = web.Application(middlewares=[self._authorize])
         self.app.add_routes(
@@ -134,7 +137,7 @@ class Admin:
         return web.json_response({"status": "ok", "uptime_s": round(time.time() - self.started, 1)})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        problem = await probe(self.upstream)
+        problem = self.readiness() or await probe(self.upstream)
         body = {"broker": self.broker, "upstream": str(self.upstream)}
         if problem is None:
             return web.json_response({"status": "ready", **body})

@@ -45,5 +45,6 @@ def broker_as(
     from adapters.activemq import ActiveMQ
 
     up = settings.upstream_stomp
-    return ActiveMQ(Endpoint(up.host, up.port, login, passcode), receipt_timeout=timeout,
+    return ActiveMQ(Endpoint(up.host, up.port, login, passcode, tls=up.tls, ca_file=up.ca_file),
+                    receipt_timeout=timeout,
                     heartbeats=(0, 0))

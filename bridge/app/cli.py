@@ -34,6 +34,8 @@ def _connection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream-amqp", metavar="amqp://USER:PASS@HOST:PORT/VHOST")
     p.add_argument("--upstream-management", metavar="http://USER:PASS@HOST:PORT",
                    help="RabbitMQ's management API, to see queue length limits (optional)")
+    p.add_argument("--upstream-ca", metavar="FILE",
+                   help="CA file to verify a stomp+ssl:// or amqps:// broker against")
     p.add_argument("--log-format", choices=LOG_FORMATS, default=None)
     p.add_argument("--log-level", choices=LOG_LEVELS, default=None, type=str.lower)
     p.add_argument("--staging-prefix", metavar="NAME", help="name prefix of the staging queues")
@@ -65,6 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="client connections at once (default 10000)")
     run.add_argument("--max-connections-per-address", metavar="N",
                      help="client connections at once from one address (default 1000)")
+    run.add_argument("--stomp-tls-listen", metavar="HOST:PORT",
+                     help="accept STOMP clients over TLS here (needs --tls-cert, --tls-key)")
+    run.add_argument("--tls-cert", metavar="FILE", help="the TLS listener's certificate (PEM)")
+    run.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    run.add_argument("--tls-client-ca", metavar="FILE",
+                     help="ask clients for a certificate signed by this CA (mutual TLS)")
+    run.add_argument("--max-frame-bytes", metavar="SIZE",
+                     help="largest STOMP frame a client may send (default 64MiB)")
+    run.add_argument("--max-buffered-bytes", metavar="SIZE",
+                     help="bytes held for all clients together before the bridge stops "
+                          "reading them (default 128MiB)")
+    run.add_argument("--upstream-wait", metavar="SECONDS",
+                     help="exit 1 if the broker does not answer within SECONDS of start "
+                          "(default: start anyway and connect when it comes)")
     run.add_argument("--undelivered-queue", metavar="NAME",
                      help="where failed deliveries go when their policy says undelivered "
                           "(default jms-bridge.undelivered)")

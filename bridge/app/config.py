@@ -9,8 +9,9 @@ the bridge never sees a string it has to parse.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -59,6 +60,24 @@ class Settings:
     # (the client's and its upstream connection's).
     max_connections: int = 10_000
     max_connections_per_address: int = 1_000
+    # One STOMP frame (command, headers and body) from a client: a larger one is refused with
+    # an ERROR frame as soon as its content-length says so or the limit is crossed. Below both
+    # brokers' own limits (ActiveMQ's 100 MiB body, RabbitMQ's 128 MiB message).
+    max_frame_bytes: int = 64 * 1024 * 1024
+    # Bytes held for all clients together (frames not yet complete or not yet taken by the
+    # broker); past it the bridge stops reading clients until they are passed on.
+    max_buffered_bytes: int = 128 * 1024 * 1024
+    # A TLS listener for STOMP clients, with its certificate and key (PEM, reloaded when they
+    # change) and, for mutual TLS, the CA their certificates must be signed by.
+    stomp_tls_listen: Endpoint | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # The CA file a TLS upstream (stomp+ssl://, amqps://) is verified against; else the system's.
+    upstream_ca: str | None = None
+    # Seconds to wait for the broker at start before exiting 1 (the old fail-fast start);
+    # None: start at once and connect whenever the broker comes.
+    upstream_wait: float | None = None
     # Bearer tokens of the admin API, one a line (read by bridge.app.auth when serving).
     admin_token_file: str | None = None
     # The event journal's folder (``bridge.app.journal``); None: no journal.
@@ -79,14 +98,17 @@ def parse_hostport(value: str, what: str) -> Endpoint:
     return Endpoint(host.strip("[]"), int(port))
 
 
-def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False) -> Endpoint:
+def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False,
+              tls_scheme: str | None = None) -> Endpoint:
     try:
         parts = urlsplit(value)
         port = parts.port
     except ValueError as exc:
         raise ConfigError(f"{what}: {exc} in {value!r}") from None
-    if parts.scheme != scheme or not parts.hostname or port is None:
-        raise ConfigError(f"{what}: expected {scheme}://[USER:PASS@]HOST:PORT, got {value!r}")
+    if (parts.scheme not in (scheme, tls_scheme) or not parts.hostname or port is None):
+        also = f" or {tls_scheme}://..." if tls_scheme else ""
+        raise ConfigError(f"{what}: expected {scheme}://[USER:PASS@]HOST:PORT{also}, "
+                          f"got {value!r}")
     path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     return Endpoint(
         parts.hostname,
@@ -94,6 +116,7 @@ def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False) -> End
         unquote(parts.username) if parts.username else None,
         unquote(parts.password) if parts.password else None,
         (path or "/") if vhost else None,
+        tls=parts.scheme == tls_scheme,
     )
 
 
@@ -125,17 +148,38 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     return tuple(v for v in items if v)
 
 
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2,
+          "g": 1024**3, "gib": 1024**3}
+_SIZE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*")
+
+
+def _byte_size(value: Any, what: str, low: int, high: int) -> int:
+    """A number of bytes, plain or with a binary unit: 65536, 64KiB, 64MiB, 1GiB."""
+    m = _SIZE.fullmatch(str(value).lower())
+    if m is None or m.group(2) not in _UNITS:
+        raise ConfigError(f"{what}: expected a size in bytes (65536, 64KiB, 64MiB), got {value!r}")
+    size = int(m.group(1)) * _UNITS[m.group(2)]
+    if not low <= size <= high:
+        raise ConfigError(f"{what}: expected from {low} to {high} bytes, got {value!r}")
+    return size
+
+
 def _convert(name: str, value: Any, source: str) -> Any:
     what = f"{name} (from {source})"
     if name == "broker":
         return _choice(str(value), what, BROKERS)
     if name == "upstream-stomp":
-        return parse_url(str(value), what, "stomp")
+        return parse_url(str(value), what, "stomp", tls_scheme="stomp+ssl")
     if name == "upstream-amqp":
-        return parse_url(str(value), what, "amqp", vhost=True)
+        return parse_url(str(value), what, "amqp", vhost=True, tls_scheme="amqps")
+    if name in ("tls-cert", "tls-key", "tls-client-ca", "upstream-ca"):
+        v = str(value).strip()
+        if not v:
+            raise ConfigError(f"{what}: expected the path of a PEM file")
+        return v
     if name == "upstream-management":
         return parse_url(str(value), what, "http")
-    if name in ("stomp-listen", "admin-listen", "amqp-listen"):
+    if name in ("stomp-listen", "admin-listen", "amqp-listen", "stomp-tls-listen"):
         return parse_hostport(str(value), what)
     if name == "log-format":
         return _choice(str(value), what, LOG_FORMATS)
@@ -157,6 +201,21 @@ def _convert(name: str, value: Any, source: str) -> Any:
             seconds = -1.0
         if not 0.1 <= seconds <= 3600:
             raise ConfigError(f"{what}: expected seconds from 0.1 to 3600, got {value!r}")
+        return seconds
+    if name == "max-frame-bytes":
+        return _byte_size(value, what, 4096, 512 * _UNITS["mib"])
+    if name == "max-buffered-bytes":
+        return _byte_size(value, what, _UNITS["mib"], 64 * _UNITS["gib"])
+    if name == "upstream-wait":
+        text = str(value).strip().lower()
+        if text in ("", "off", "none"):
+            return None
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= 3600:
+            raise ConfigError(f"{what}: expected seconds from 0 to 3600 (or off), got {value!r}")
         return seconds
     if name in ("max-connections", "max-connections-per-address"):
         text = str(value).strip()
@@ -255,6 +314,14 @@ def resolve(
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
     if settings.amqp_listen is not None and settings.broker != "rabbitmq":
         raise ConfigError("amqp-listen: the AMQP 0-9-1 front-end is only for --broker rabbitmq")
+    if settings.stomp_tls_listen is not None and not (settings.tls_cert and settings.tls_key):
+        raise ConfigError("stomp-tls-listen: needs --tls-cert and --tls-key (PEM files)")
+    if settings.upstream_ca is not None:  # the CA travels with the endpoints it verifies
+        settings = replace(settings, upstream_stomp=replace(settings.upstream_stomp,
+                                                            ca_file=settings.upstream_ca))
+        if settings.upstream_amqp is not None:
+            settings = replace(settings, upstream_amqp=replace(settings.upstream_amqp,
+                                                               ca_file=settings.upstream_ca))
     if settings.upstream_management is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")
@@ -267,10 +334,14 @@ def bridge_amqp(settings: Settings) -> Endpoint:
     if settings.upstream_amqp is not None:
         return settings.upstream_amqp
     s = settings.upstream_stomp
+    if s.tls:  # RabbitMQ's amqps port, verified as the STOMP one is
+        return Endpoint(s.host, 5671, s.user or "guest", s.password or "guest", "/", True,
+                        s.ca_file)
     return Endpoint(s.host, 5672, s.user or "guest", s.password or "guest", "/")
 
 
 def bridge_stomp(settings: Settings) -> Endpoint:
     """The STOMP endpoint of the bridge's own ActiveMQ connections (admin/admin when none)."""
     s = settings.upstream_stomp
-    return Endpoint(s.host, s.port, s.user or "admin", s.password or "admin")
+    return Endpoint(s.host, s.port, s.user or "admin", s.password or "admin", tls=s.tls,
+                    ca_file=s.ca_file)

@@ -42,6 +42,13 @@ class _RelayCollector(Collector):
             for command, n in sorted(tally.items()):
                 frames.add_metric([command, direction], n)
         yield frames
+        yield GaugeMetricFamily(
+            f"{p}_buffered_bytes", "Bytes held for clients now: frames not yet complete or "
+            "not yet taken by the broker (bounded by --max-buffered-bytes).",
+            value=s.buffered_bytes)
+        yield CounterMetricFamily(
+            f"{p}_budget_pauses", "Times a client was told to wait (not read) because the "
+            "bytes held for all clients were at --max-buffered-bytes.", value=s.budget_pauses)
         yield _by_label(f"{p}_bytes_relayed", "Bytes relayed, by direction.",
                         "direction", s.bytes)
         yield _by_label(f"{p}_heartbeats_relayed", "Heart-beat EOLs relayed.",

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 
-from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+from structlog.typing import FilteringBoundLogger
 
 from adapters.base import PutCheck
 from bridge.app import logs
-from bridge.app.admin import Admin, probe
+from bridge.app.admin import Admin
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics
+from bridge.app.resources import needed, raise_open_files, return_freed_memory
+from bridge.app.tls import CertFiles, client_context, server_context
+from bridge.app.upstream import BrokerWatch
 from bridge.frontends.amqp.server import AmqpRelay
 from bridge.frontends.amqp.translate import PublishScreen
+from bridge.frontends.stomp import Limits
 from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
@@ -30,20 +35,7 @@ from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
 from policies.endpoints import Endpoint
-from policies.errors import BrokerUnavailable, ConfigError
-
-
-async def wait_for_broker(name: str, target: Endpoint, patience: float = 3.0) -> None:
-    """Give a broker that is just starting a moment; then say plainly that it is not there."""
-    retrying = AsyncRetrying(
-        stop=stop_after_delay(patience),
-        wait=wait_fixed(0.5),
-        retry=retry_if_result(lambda problem: problem is not None),
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else "?",
-    )
-    problem: str | None = await retrying(probe, target)
-    if problem is not None:
-        raise BrokerUnavailable(f"{name} STOMP at {target} is not reachable: {problem}")
+from policies.errors import ConfigError
 
 
 async def _listen(what: str, where: Endpoint, start: object) -> None:
@@ -55,7 +47,8 @@ async def _listen(what: str, where: Endpoint, start: object) -> None:
 
 def _prepare_staging(settings: Settings, layout: Layout) -> None:
     """Declare the staging queues (clients send to them by name) with the bridge's own
-    connection; BrokerUnavailable when the broker cannot be reached that way."""
+    connection; BrokerUnavailable when the broker cannot be reached that way. Run by the
+    BrokerWatch, at start or whenever the broker first answers."""
     broker = staging_broker(settings)
     broker.connect()
     try:
@@ -88,15 +81,52 @@ def delay_config(settings: Settings) -> DelayConfig:
     )
 
 
+def tls_listener(settings: Settings) -> CertFiles | None:
+    """The TLS listener's context and certificate files, or None without one."""
+    if settings.stomp_tls_listen is None or not settings.tls_cert or not settings.tls_key:
+        return None
+    ctx = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    return CertFiles(ctx, settings.tls_cert, settings.tls_key)
+
+
+def _quiet_tls_failures(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """A client that fails the TLS handshake (plain text on the TLS port, an unknown CA, TLS
+    1.1) is closed by asyncio; say so in one line instead of a traceback."""
+    exc = context.get("exception")
+    if isinstance(exc, ssl.SSLError | ConnectionResetError | TimeoutError):
+        logs.get("tls").info("TLS handshake failed; connection closed", error=str(exc))
+        return
+    loop.default_exception_handler(context)
+
+
+def _say_open_files(settings: Settings, log: FilteringBoundLogger, soft: int, hard: int) -> None:
+    """The open-file limit (raised as far as allowed), against what the connection limit may
+    take."""
+    want = needed(settings.max_connections)
+    if 0 <= soft < want:
+        log.warning("open-file limit lower than --max-connections needs", open_files=soft,
+                    hard_limit=hard, needed=want,
+                    hint="raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower "
+                         "--max-connections")
+    else:
+        log.info("open-file limit", open_files=soft, hard_limit=hard, needed=want)
+
+
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     log = logs.get("bridge")
     loop = asyncio.get_running_loop()
     tokens = TokenFile(settings.admin_token_file) if settings.admin_token_file else None
-    await wait_for_broker(settings.broker, settings.upstream_stomp)
+    tls_files = tls_listener(settings)  # a bad certificate or key ends the bridge here
+    upstream_ssl = client_context(settings.upstream_ca) if settings.upstream_stomp.tls else None
     config = delay_config(settings)
     fmt = staged_format(settings)
     layout = layout_for(fmt, settings.staging_prefix)
-    await loop.run_in_executor(None, _prepare_staging, settings, layout)
+    watch = BrokerWatch(settings.broker, settings.upstream_stomp,
+                        lambda: _prepare_staging(settings, layout))
+    if settings.upstream_wait is not None:  # the fail-fast start, asked for: one line
+        await watch.wait(settings.upstream_wait, quiet=True)
+    soft_files = raise_open_files()  # before the listeners: said once they are up
+    return_freed_memory()
     metrics = Metrics()
     staging = StagingStats(slots=shared_slots()) if settings.staging_engine else StagingStats()
     staging.register(metrics.registry)
@@ -124,6 +154,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         handshake_timeout=settings.handshake_timeout,
         max_connections=settings.max_connections,
         max_per_address=settings.max_connections_per_address,
+        limits=Limits(max_frame_bytes=settings.max_frame_bytes),
+        max_buffered_bytes=settings.max_buffered_bytes,
+        upstream_ssl=upstream_ssl,
+        readiness=watch.readiness,
     )
     admin = Admin(
         metrics=metrics,
@@ -134,15 +168,28 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging_stats=staging,
         redelivery=settings.redelivery,
         tokens=tokens,
+        readiness=watch.readiness,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
+    reloading: asyncio.Task[None] | None = None
+    if tls_files is not None and settings.stomp_tls_listen is not None:
+        await _listen("--stomp-tls-listen", settings.stomp_tls_listen,
+                      stomp.listen_tls(settings.stomp_tls_listen, tls_files.ctx))
+        reloading = asyncio.create_task(tls_files.watch())
+        loop.set_exception_handler(_quiet_tls_failures)
     amqp: AmqpRelay | None = None
     if settings.amqp_listen is not None:
         # The same interceptors, on the same views: the consumer side is STOMP's only for now.
         upstream_amqp = bridge_amqp(settings)
+        # Shared with the STOMP side: the frame limit (as the largest body), the connection
+        # limits (counted per listener) and the broker-away answer (a Connection.Close).
         amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port,
-                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp())
+                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp(),
+                         max_body_size=settings.max_frame_bytes,
+                         max_connections=settings.max_connections,
+                         max_per_address=settings.max_connections_per_address,
+                         readiness=watch.readiness)
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 
@@ -155,6 +202,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging.pending = lambda: staging.pending_count
         engine.start()
         watching = asyncio.create_task(engine.watch())
+    _say_open_files(settings, log, *soft_files)
+    waiting = None if watch.prepared else asyncio.create_task(watch.wait())
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -162,15 +211,20 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         "listening",
         broker=settings.broker,
         stomp=str(settings.stomp_listen),
+        stomp_tls=str(settings.stomp_tls_listen) if settings.stomp_tls_listen else "off",
         amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
         admin=str(settings.admin_listen),
         admin_token="file" if tokens is not None else "none: /staged refused",
         upstream=str(settings.upstream_stomp),
+        broker_ready=watch.prepared,
     )
     if ready is not None:
         ready.set()
     await stop.wait()
     log.info("shutting down", open=len(stomp.links))
+    for task in (waiting, reloading):
+        if task is not None:
+            task.cancel()
     await stomp.shutdown()
     if amqp is not None:
         await amqp.close()

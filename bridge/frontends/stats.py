@@ -23,3 +23,7 @@ class RelayStats:
         # undelivered, deleted; and those that left their queue, by reason.
         self.redeliveries: Tally[str] = Tally()
         self.dead_letters: Tally[str] = Tally()
+        # Bytes held for clients now (frames not yet complete or not yet taken by the broker),
+        # and how often a client was told to wait because their sum was at the budget.
+        self.buffered_bytes = 0
+        self.budget_pauses = 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -154,6 +155,7 @@ class Engine:
         batch: int = 500,
         recheck_s: float = 5.0,
         backoff_s: tuple[float, float] = (0.5, 10.0),
+        backoff_jitter: float = 0.0,
         level_prefetch: int = 1000,
         lead_ms: int = LEAD_MS,
         sinks: Sequence[Sink] = (),
@@ -183,6 +185,7 @@ class Engine:
         # an operator took it away and the level is now empty or headed by another.
         self._recheck_ms = max(self._idle_ms, round(recheck_s * 1000))
         self._backoff_first_ms, self._backoff_max_ms = (round(s * 1000) for s in backoff_s)
+        self.backoff_jitter = backoff_jitter
         # ActiveMQ gives the same head to repeated peeks until it is settled, so a level yields
         # one head per settle there; RabbitMQ (basic.get) gives the next one.
         self._peek_advances = broker.format.peek_advances
@@ -344,10 +347,14 @@ class Engine:
         with a capped exponential backoff. Returns the wait in seconds."""
         self._failures += 1
         self.stats.reconnects += 1
+        # Jittered, so that the engines of several bridges do not knock in step.
         wait_ms = backoff_ms(self._failures, initial_ms=self._backoff_first_ms,
-                             max_ms=self._backoff_max_ms)
-        self.log.warning("broker unavailable, reconnecting", error=str(error),
-                         retry_in_s=wait_ms / 1000, failures=self._failures)
+                             max_ms=self._backoff_max_ms, jitter=self.backoff_jitter,
+                             rand=random.random())
+        # Retries come every half second at most: a line for the first and then every 100th.
+        say = self.log.warning if self._failures % 100 == 1 else self.log.debug
+        say("broker unavailable, reconnecting", error=str(error), retry_in_s=wait_ms / 1000,
+            failures=self._failures)
         self.close()
         self._reconnect_at = now_ms + wait_ms
         return wait_ms / 1000

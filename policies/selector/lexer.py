@@ -113,7 +113,7 @@ def tokenize(selector: str) -> list[Token]:
         c = selector[i]
         if c == "'":
             token = _string(selector, i)
-        elif c.isdigit() and c < "\x80" or c == "." and selector[i + 1 : i + 2].isdigit():
+        elif c.isdigit() and c < "\x80" or c == "." and "0" <= selector[i + 1 : i + 2] <= "9":
             token = _number(selector, i)
         elif _identifier_start(c):
             j = i + 1
@@ -159,6 +159,8 @@ def _number(selector: str, start: int) -> Token:
         m = pattern.match(selector, start)
         if m and len(m.group()) > len(best):
             best, form = m.group(), name
+    if not best:  # never an empty token: the lexer would not move on
+        raise InvalidSelector(selector, start + 1, "malformed number")
     if form == "float":
         return Token(Kind.FLOAT, best, start, float(best))
     digits = best.rstrip("lL")[2 if form == "hex" else 0 :].lstrip("0") or "0"

@@ -63,15 +63,23 @@ class BridgeProcess:
             *self.extra,
         ]
 
-    def start(self, timeout: float = 20.0) -> BridgeProcess:
+    def start(self, timeout: float = 20.0, *, ready: bool = True) -> BridgeProcess:
+        """Start it and wait for its STOMP port, and (``ready``) for /readyz to say 200: a
+        bridge takes clients once its broker has answered and its staging queues exist."""
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.command(), stdout=self.log_file, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+        deadline = time.monotonic() + timeout
         if not wait_port(self.stomp_port, timeout, self.proc):
             self.stop()
             raise RuntimeError(f"bridge did not start; its log:\n{self.log()}")
+        while ready and self.http("/readyz")[0] != 200:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"bridge not ready in {timeout} s; its log:\n{self.log()}")
+            time.sleep(0.05)
         return self
 
     def log(self) -> str:

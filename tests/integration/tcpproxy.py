@@ -3,26 +3,73 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.integration.brokers import Broker
 
 
 class TcpProxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    """``accepting=False``: the port is bound but refuses connections, as a broker that has not
+    started yet does, until ``open()``."""
+
+    def __init__(self, target: tuple[str, int], *, accepting: bool = True,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
+        self.tls = tls  # given: a TLS server in front of a plain one (a broker's TLS port)
+        self.port = 0
+        self.listener = self._bind()
         self.pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         self._stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        if accepting:
+            self.open()
 
-    def _accept(self) -> None:
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        self.port = int(sock.getsockname()[1])
+        return sock
+
+    def open(self) -> None:
+        """Start accepting (a bound socket that is not listening refuses connections)."""
+        self._stopped = False
+        self.listener.listen(128)
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def refuse(self) -> None:
+        """Drop every connection and refuse new ones, as a broker that stops does; ``open()``
+        accepts again on the same port."""
+        self._stopped = True
+        self._close_listener()
+        self.cut()
+        self.listener = self._bind()
+
+    def _close_listener(self) -> None:
+        try:  # wakes the accept() blocked in the other thread; close() alone would not
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+
+    def _accept(self, listener: socket.socket) -> None:
         while not self._stopped:
             try:
-                client, _ = self.listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
+            try:
+                if self.tls is not None:
+                    client.settimeout(10)
+                    client = self.tls.wrap_socket(client, server_side=True)
+                    client.settimeout(None)
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()  # the broker itself is not there: the client sees it go
+                continue
             with self._lock:
                 self.pairs.append((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
@@ -55,9 +102,34 @@ class TcpProxy:
 
     def close(self) -> None:
         self._stopped = True
-        try:  # wakes the accept() blocked in the other thread; close() alone would not
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
+        self._close_listener()
         self.cut()
+
+
+class Away:
+    """Every way from a bridge to its broker (STOMP, and AMQP on RabbitMQ) through a proxy of
+    its own, refusing connections until ``open()``: the broker away, at start or later."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.proxies = [TcpProxy((broker.stomp_host, broker.stomp_port), accepting=False)]
+        self.extra: list[str] = []
+        if broker.name == "rabbitmq":
+            amqp = TcpProxy(("127.0.0.1", 5672), accepting=False)
+            self.proxies.append(amqp)
+            self.extra = ["--upstream-amqp", f"amqp://guest:guest@127.0.0.1:{amqp.port}/%2F"]
+
+    @property
+    def stomp_port(self) -> int:
+        return self.proxies[0].port
+
+    def open(self) -> None:
+        for p in self.proxies:
+            p.open()
+
+    def refuse(self) -> None:
+        for p in self.proxies:
+            p.refuse()
+
+    def close(self) -> None:
+        for p in self.proxies:
+            p.close()

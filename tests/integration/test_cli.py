@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,13 @@ import pytest
 from tests.integration.bridgeproc import free_port
 
 BIN = Path(sys.executable).with_name("jms-bridge")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JMS_BRIDGE_")}
+    # The code of this checkout, not the one the virtualenv was installed from (a worktree).
+    env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout,
                           env=env)
 
@@ -53,14 +57,17 @@ def test_unreadable_config_file(tmp_path: Path) -> None:
     assert "cannot read" in line
 
 
-def test_unreachable_broker(tmp_path: Path) -> None:
+def test_unreachable_broker_with_upstream_wait(tmp_path: Path) -> None:
+    """The old fail-fast start, asked for: one line naming the broker, exit 1."""
     port = free_port()
+    started = time.monotonic()
     line = one_line_error(
         run("run", "--broker", "activemq", "--upstream-stomp", f"stomp://127.0.0.1:{port}",
             "--stomp-listen", f"127.0.0.1:{free_port()}",
-            "--admin-listen", f"127.0.0.1:{free_port()}")
+            "--admin-listen", f"127.0.0.1:{free_port()}", "--upstream-wait", "1")
     )
     assert "activemq" in line and f"127.0.0.1:{port}" in line and "not reachable" in line
+    assert time.monotonic() - started < 15
 
 
 def test_listen_port_taken(tmp_path: Path) -> None:

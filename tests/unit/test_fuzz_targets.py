@@ -94,3 +94,18 @@ def test_continued_property_flags_are_502_not_a_hang() -> None:
     with pytest.raises(AmqpProtocolError) as info:
         ProxyConnection().client_data(PROTOCOL_HEADER + targets.HANDSHAKE + hang[2:])
     assert info.value.reply_code == 502 and "property flags" in info.value.reply_text
+
+
+def test_a_dot_before_a_non_ascii_digit_is_invalid_not_a_hang() -> None:
+    """Found by the selector target (a timeout): ``.`` followed by a digit that is not ASCII
+    (U+0660, ARABIC-INDIC DIGIT ZERO: ``str.isdigit`` is true) was taken for a number, whose
+    patterns matched nothing: an empty token, and the lexer never moved on. Now the digit must
+    be ASCII, and a number token is never empty."""
+    from policies.errors import InvalidSelector
+    from policies.selector.parser import parse
+
+    hang = (CORPUS / "selector" / "regression-dot-then-non-ascii-digit").read_bytes()
+    with pytest.raises(InvalidSelector):
+        parse(hang.decode("utf-8", "replace"))
+    with pytest.raises(InvalidSelector, match="unexpected character"):
+        parse("a = .\u06601")

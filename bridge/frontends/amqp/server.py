@@ -22,6 +22,7 @@ from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
 from bridge.frontends.amqp.errors import AmqpProtocolError
 from bridge.frontends.amqp.framer import MAX_BODY_SIZE
+from bridge.frontends.amqp.refusal import refuse
 from bridge.frontends.stats import RelayStats
 from policies.errors import Refused
 
@@ -50,7 +51,14 @@ class AmqpRelay:
         max_body_size: int = MAX_BODY_SIZE,
         connect_timeout: float = 10.0,
         stats: RelayStats | None = None,
+        max_connections: int = 10_000,
+        max_per_address: int = 1_000,
+        readiness: Callable[[], str | None] = lambda: None,
     ) -> None:
+        self.readiness = readiness  # why clients cannot be carried yet, or None
+        self.max_connections = max_connections
+        self.max_per_address = max_per_address
+        self._by_address: dict[str, int] = {}
         self.upstream = (upstream_host, upstream_port)
         self.stats = stats or RelayStats()
         self.hook = hook
@@ -83,14 +91,38 @@ class AmqpRelay:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if peer else "?"
+        refusal = self._limit(address)
+        if refusal is not None:
+            self.stats.protocol_errors["connection-limit"] += 1
+            self.log.warning("connection refused", why=refusal, peer=address)
+            await refuse(reader, writer, refusal)
+            return
         self._links.add(task)
+        self._by_address[address] = self._by_address.get(address, 0) + 1
         self.stats.connections_open += 1
         self.stats.connections_total += 1
         try:
             await _Link(self, reader, writer).run()
         finally:
             self._links.discard(task)
+            left = self._by_address.get(address, 1) - 1
+            if left:
+                self._by_address[address] = left
+            else:
+                self._by_address.pop(address, None)
             self.stats.connections_open -= 1
+
+    def _limit(self, address: str) -> str | None:
+        """Why a new connection from ``address`` is refused (a connection limit), or None."""
+        if len(self._links) >= self.max_connections:
+            return (f"the bridge has {len(self._links)} AMQP connections, its limit "
+                    "(--max-connections)")
+        if self._by_address.get(address, 0) >= self.max_per_address:
+            return (f"{address} has {self.max_per_address} AMQP connections, the limit per "
+                    "client address (--max-connections-per-address)")
+        return None
 
 
 class _Link:
@@ -109,13 +141,23 @@ class _Link:
 
     async def run(self) -> None:
         host, port = self.relay.upstream
+        not_ready = self.relay.readiness()
+        if not_ready is not None:  # the staging queues not yet declared: a publish would be lost
+            self.relay.stats.protocol_errors["broker-unreachable"] += 1
+            await refuse(self.client_r, self.client_w, f"MQRC_HOST_NOT_AVAILABLE (2538): "
+                         f"{not_ready}")
+            return
         try:
             self.up_r, self.up_w = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=READ_SIZE), self.relay.connect_timeout
             )
         except (OSError, TimeoutError) as exc:
-            self.log.warning("upstream unreachable", upstream=f"{host}:{port}", error=str(exc))
-            self.client_w.close()
+            reason = str(exc) or type(exc).__name__
+            self.log.warning("upstream unreachable", upstream=f"{host}:{port}", error=reason)
+            self.relay.stats.protocol_errors["broker-unreachable"] += 1
+            await refuse(self.client_r, self.client_w,
+                         f"MQRC_HOST_NOT_AVAILABLE (2538): RabbitMQ AMQP at {host}:{port} is not "
+                         f"reachable: {reason}")
             return
         up = asyncio.create_task(self._client_to_broker())
         down = asyncio.create_task(self._broker_to_client())

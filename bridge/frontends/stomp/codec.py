@@ -248,6 +248,13 @@ class FrameParser:
             self._partial = None
             self._wait = _ANY
 
+    @property
+    def buffered(self) -> int:
+        """Bytes kept for a frame not yet complete (the whole buffer they sit in), 0 when none."""
+        if self._pos >= len(self._data) and not self._more_len:
+            return 0
+        return len(self._data) + self._more_len
+
     def receive_data(self, data: bytes) -> None:
         """Buffer bytes from the peer; nothing is parsed until next_event()."""
         if self._error is not None:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import time
 from collections.abc import Callable
 
 import structlog
 
+from bridge.frontends.budget import Budget
 from bridge.frontends.checks import CheckRunner
 from bridge.frontends.stats import RelayStats
-from bridge.frontends.stomp import error_frame
+from bridge.frontends.stomp import Limits, error_frame
 from bridge.frontends.stomp.session import Output, Session, State
 from bridge.intercept.chain import Chain
 from policies.endpoints import Endpoint
@@ -54,6 +56,10 @@ class _Upstream(asyncio.Protocol):
         self.link.resume_client()
 
 
+def _max(a: Limits, b: Limits) -> Limits:
+    return a if a.max_frame_bytes >= b.max_frame_bytes else b
+
+
 class ClientLink(asyncio.Protocol):
     """One client connection and the upstream connection opened for it."""
 
@@ -61,7 +67,8 @@ class ClientLink(asyncio.Protocol):
         self.server = server
         self.id = next(_ids)
         self.address = "?"
-        self.session = Session(chain=server.chain, stats=server.stats)
+        self.session = Session(chain=server.chain, stats=server.stats, limits=server.limits,
+                               broker_limits=_max(server.limits, Limits()))
         self.log = structlog.get_logger("stomp").bind(conn=self.id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -72,6 +79,7 @@ class ClientLink(asyncio.Protocol):
         self._handshake: asyncio.TimerHandle | None = None
         self._closing = False
         self._client_paused = False
+        self._budget_paused = False  # the bytes held for all clients are at the budget
         self._checking: asyncio.Task[None] | None = None
         self._last_client = self._last_broker = time.monotonic()
         self._watchdog: asyncio.TimerHandle | None = None
@@ -83,6 +91,10 @@ class ClientLink(asyncio.Protocol):
         transport.set_write_buffer_limits(high=1 << 20)
         peer = transport.get_extra_info("peername")
         self.log = self.log.bind(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        if transport.get_extra_info("ssl_object") is not None:
+            who = self.server.tls_subject(transport.get_extra_info("peercert"))
+            self.log = self.log.bind(tls=True, client_subject=who)
+            self.log.info("tls client", client_subject=who)
         refusal = self.server.opened(self, peer[0] if peer else "?")
         if refusal is not None:
             self.log.warning("connection refused", why=refusal)
@@ -110,6 +122,12 @@ class ClientLink(asyncio.Protocol):
         self._connecting = True
         if self._handshake is not None:
             self._handshake.cancel()
+        not_ready = self.server.readiness()
+        if not_ready is not None:  # the broker not yet set up: nothing may be staged yet
+            self.server.stats.protocol_errors["broker-unreachable"] += 1
+            self.log.info("refused: not ready", why=not_ready)
+            self._apply(self.session.broker_unreachable(not_ready))
+            return
         if self.client is not None and not self._client_paused:
             self.client.pause_reading()  # until the broker is there to take what follows
         self.server.loop.create_task(self._connect_upstream())
@@ -119,15 +137,18 @@ class ClientLink(asyncio.Protocol):
         try:
             _, proto = await asyncio.wait_for(
                 self.server.loop.create_connection(
-                    lambda: _Upstream(self), target.host, target.port
+                    lambda: _Upstream(self), target.host, target.port,
+                    ssl=self.server.upstream_ssl,
+                    server_hostname=target.host if self.server.upstream_ssl else None,
                 ),
                 timeout=self.server.connect_timeout,
             )
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
             reason = str(exc) or type(exc).__name__
             self.log.warning("upstream unreachable", upstream=str(target), error=reason)
-            self._apply(self.session.broker_lost(
-                f"{self.server.broker} at {target} is not reachable: {reason}"))
+            self.server.stats.protocol_errors["broker-unreachable"] += 1
+            self._apply(self.session.broker_unreachable(
+                f"{self.server.broker} STOMP at {target} is not reachable: {reason}"))
             return
         assert proto.transport is not None
         if self._closing:  # the client left while we were connecting
@@ -137,18 +158,54 @@ class ClientLink(asyncio.Protocol):
         pending, self._pending = self._pending, []
         if pending:
             self.upstream.write(b"".join(pending))
-        if self.client is not None and not self._client_paused and not self.session.checking:
-            self.client.resume_reading()
+        if self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
+        self._account()
+
+    def _may_read(self) -> bool:
+        """Whether nothing holds the client's reading: back-pressure, a check, the budget."""
+        return (self.client is not None and not self._client_paused and not self._closing
+                and not self._budget_paused and not self.session.checking
+                and (self.upstream is not None or not self._connecting))
+
+    def _account(self) -> None:
+        """Tell the budget what this client holds now: its frame not yet complete and what the
+        broker has not yet taken; stop reading it, or read it again, as the budget says."""
+        if self._closing:
+            return
+        held = self.session.client_buffered
+        if self._client_paused and self.upstream is not None:
+            # Over its high-water mark (then resume_writing comes when it drains); below it,
+            # at most 1 MiB a client, not counted, so nothing counted can go stale.
+            held += self.upstream.get_write_buffer_size()
+        budget = self.server.budget
+        before = budget.total
+        pause = budget.update(self, held)
+        self.server.stats.buffered_bytes += budget.total - before
+        if pause and not self._budget_paused:
+            self._budget_paused = True
+            self.server.stats.budget_pauses += 1
+            if self.client is not None:
+                self.client.pause_reading()
+        elif not pause and self._budget_paused:
+            self.budget_resume()
+
+    def budget_resume(self) -> None:
+        self._budget_paused = False
+        if self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
 
     def data_received(self, data: bytes) -> None:
         self._last_client = time.monotonic()
         self._apply(self.session.from_client(data))
         if self.upstream is None:
             self._connect_once_connected()
+        self._account()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._handshake is not None:
             self._handshake.cancel()
+        self._forget_budget()
         if self.client is None or self not in self.server.links:
             return  # refused at accept: it was never counted
         self._closing = True
@@ -181,8 +238,15 @@ class ClientLink(asyncio.Protocol):
     def resume_client(self) -> None:
         if self.client is not None and self._client_paused and not self._closing:
             self._client_paused = False
-            if not self.session.checking:
+            if self._may_read():
                 self.client.resume_reading()
+        self._account()  # the broker took what was waiting for it
+
+    def _forget_budget(self) -> None:
+        budget = self.server.budget
+        before = budget.total
+        budget.forget(self)
+        self.server.stats.buffered_bytes += budget.total - before
 
     # -- broker side -------------------------------------------------------------------
     def broker_data(self, data: bytes) -> None:
@@ -215,9 +279,8 @@ class ClientLink(asyncio.Protocol):
             self._checking = self.server.checks.start(out.check, self)
         elif out.hold:
             self.hold_client()
-        if out.unhold and not self.session.checking and not self._client_paused:
-            if self.client is not None and not self._closing:
-                self.client.resume_reading()
+        if out.unhold and self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
 
     def hold_client(self) -> None:
         """Stop reading the client until the check is done (the session holds its frames)."""
@@ -231,14 +294,14 @@ class ClientLink(asyncio.Protocol):
         if gone:  # the client left while its frames were held: they went up, now close
             if self._checking is None and self.upstream is not None:
                 self.upstream.close()
-        elif (self._checking is None and not self.session.checking and not self._client_paused
-              and self.client is not None):
-            self.client.resume_reading()
+        elif self._checking is None and self._may_read():
+            self.client.resume_reading()  # type: ignore[union-attr]
 
     def close(self, why: str) -> None:
         if self._closing:
             return
         self._closing = True
+        self._forget_budget()
         self.log.info("closing", why=why)
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -288,7 +351,16 @@ class StompServer:
         handshake_timeout: float = 10.0,
         max_connections: int = 10_000,
         max_per_address: int = 1_000,
+        limits: Limits = Limits(),  # noqa: B008 - frozen
+        max_buffered_bytes: int = 128 * 1024 * 1024,
+        upstream_ssl: ssl.SSLContext | None = None,
+        readiness: Callable[[], str | None] = lambda: None,
     ) -> None:
+        # Why clients cannot be carried yet (the staging queues not yet declared), or None.
+        self.readiness = readiness
+        self.upstream_ssl = upstream_ssl
+        self.limits = limits
+        self.budget = Budget(max_buffered_bytes)
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_per_address = max_per_address
@@ -302,6 +374,7 @@ class StompServer:
         self.links: set[ClientLink] = set()
         self.loop = asyncio.get_running_loop()
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self.log = structlog.get_logger("stomp")
@@ -313,6 +386,32 @@ class StompServer:
         self._server = await self.loop.create_server(
             self.factory(), where.host, where.port, reuse_address=True, backlog=512
         )
+
+    async def listen_tls(self, where: Endpoint, context: ssl.SSLContext) -> None:
+        """The same clients over TLS. A TLS handshake must end within the handshake timeout
+        (a plain-text client fails it at its first bytes and is closed at once); the CONNECT
+        timeout then starts."""
+        self._tls_server = await self.loop.create_server(
+            self.factory(), where.host, where.port, reuse_address=True, backlog=512,
+            ssl=context, ssl_handshake_timeout=self.handshake_timeout,
+        )
+
+    @property
+    def tls_port(self) -> int:
+        assert self._tls_server is not None
+        return int(self._tls_server.sockets[0].getsockname()[1])
+
+    @staticmethod
+    def tls_subject(peercert: dict[str, object] | None) -> str | None:
+        """A client certificate's subject as ``CN=a,O=b``; None without one."""
+        if not peercert:
+            return None
+        short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+                 "countryName": "C"}
+        parts = [f"{short.get(name, name)}={value}"
+                 for rdn in peercert.get("subject", ())  # type: ignore[attr-defined]
+                 for name, value in rdn]
+        return ",".join(parts) or None
 
     @property
     def port(self) -> int:
@@ -350,8 +449,9 @@ class StompServer:
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Stop accepting, end every session with what it already read relayed, close."""
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
         for link in list(self.links):
             link.shutdown()
         try:

@@ -43,6 +43,7 @@ from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse, Replace, Stamp
 from bridge.intercept.views import Principal, Settlement
 from policies.errors import Refused
+from policies.reasons import MQRC_CONNECTION_BROKEN, MQRC_HOST_NOT_AVAILABLE, Reason
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 _receipts = itertools.count(1)
@@ -58,6 +59,12 @@ class _Copies:
         self.receipts: set[str] = set()
         self.acks: list[bytes] = []
 DEFAULT_LIMITS = Limits()
+
+
+def _reason_frame(reason: Reason, message: str, detail: str, version: str | None) -> bytes:
+    """An ERROR frame whose message starts with the MQRC reason, as refusals' do."""
+    return error_frame(f"{reason}: {message}", detail=detail, version=version,
+                       headers=[("reason-code", str(reason.code)), ("reason", reason.name)])
 
 
 class State(enum.Enum):
@@ -180,6 +187,7 @@ class Session:
         chain: Chain | None = None,
         stats: RelayStats | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        broker_limits: Limits | None = None,
     ) -> None:
         self._state = State.AWAIT_CONNECT
         self._client_moves = _CLIENT_MOVES[self._state]
@@ -199,7 +207,8 @@ class Session:
         self._consumers = Consumers() if self.chain.interest.settlements else None
         self.stats = stats or RelayStats()
         self._client = FrameParser(role="server", limits=limits)
-        self._broker = FrameParser(role="client", limits=limits, validate=False)
+        self._broker = FrameParser(role="client", limits=broker_limits or limits,
+                                   validate=False)
         # While a check runs: the parsed events from the frame that asked for it on, the
         # protocol error that ended their chunk (if one did), and client bytes received since.
         self._held: list[Event] | None = None
@@ -235,6 +244,15 @@ class Session:
         except StompProtocolError as exc:  # frames before the bad one are still relayed
             events, error = exc.events, exc
         return self._relay(events, error, Output())
+
+    @property
+    def client_buffered(self) -> int:
+        """Bytes of the client's kept here: a frame not yet complete, and what arrived while
+        frames were held for a check."""
+        held = self._client.buffered
+        for data in self._held_data:
+            held += len(data)
+        return held
 
     @property
     def checking(self) -> bool:
@@ -535,9 +553,17 @@ class Session:
         """The upstream connection ended: tell the client unless the session was ending."""
         out = Output(close=f"broker connection closed: {why}")
         if self.state not in (State.DISCONNECTING, State.CLOSED):
-            out.to_client.append(
-                error_frame("the broker closed the connection", detail=why, version=self.version)
-            )
+            out.to_client.append(_reason_frame(MQRC_CONNECTION_BROKEN,
+                                               "the broker closed the connection", why,
+                                               self.version))
+        self.state = State.CLOSED
+        return out
+
+    def broker_unreachable(self, why: str) -> Output:
+        """The upstream connection for the client's CONNECT could not be opened."""
+        out = Output(close=f"broker not reachable: {why}")
+        if self.state not in (State.DISCONNECTING, State.CLOSED):
+            out.to_client.append(_reason_frame(MQRC_HOST_NOT_AVAILABLE, why, why, self.version))
         self.state = State.CLOSED
         return out
 
