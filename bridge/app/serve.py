@@ -9,7 +9,7 @@ import signal
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 from adapters.base import PutCheck
-from bridge.app import logs
+from bridge.app import dlq, logs
 from bridge.app.admin import Admin, probe
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
@@ -134,6 +134,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging_stats=staging,
         redelivery=settings.redelivery,
         tokens=tokens,
+        queue_tools=lambda: dlq.queue_tools(settings),
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
