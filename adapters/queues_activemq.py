@@ -44,8 +44,11 @@ from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, V
 from policies.errors import BrokerUnavailable, PutRefused
 
 BROWSE_PAGE = 400  # ActiveMQ's default maxBrowsePageSize
-MAX_BATCH = 500  # a larger transaction can wait on the page-in limit
-IDLE_S = 2.0  # no message for this long: the queue has no more for us
+# Messages acknowledged in a transaction not yet committed still count against the page-in
+# limit (maxPageSize, 200): a batch must stay below it, or the broker stops dispatching.
+MAX_BATCH = 150
+IDLE_S = 2.0  # no message for this long, nothing pending: the queue has no more for us
+PENDING_IDLE_S = 0.2  # no message for this long: commit what is pending (it may hold them up)
 LIST_TIMEOUT_S = 5.0
 ORIGINAL_ID = "jms-bridge-message-id"
 
@@ -145,8 +148,11 @@ class ActiveMQQueues(ActiveMQ):
         try:
             while report.seen < count:
                 try:
-                    frame = inbox.get(timeout=IDLE_S)
+                    frame = inbox.get(timeout=PENDING_IDLE_S if pending else IDLE_S)
                 except queues.Empty:
+                    if pending:
+                        self._commit(queue, pending, before_commit, after_commit, report)
+                        continue
                     break
                 if frame is None:
                     self._live()

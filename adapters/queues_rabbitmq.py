@@ -139,7 +139,8 @@ class RabbitMQQueues(RabbitMQ):
 
         credit = min(PREFETCH, max(count, 1))
         with self._translate():
-            ch.basic_qos(prefetch_count=credit)
+            # The channel's limit (global): a consumer's own is fixed when it starts.
+            ch.basic_qos(prefetch_count=credit, global_qos=True)
             tag: str | None = ch.basic_consume(queue, on_message, auto_ack=False)
         seen = 0
         assert self._conn is not None
@@ -169,7 +170,7 @@ class RabbitMQQueues(RabbitMQ):
             elif want - credit >= PREFETCH // 2:
                 credit = want
                 with self._translate():
-                    ch.basic_qos(prefetch_count=credit)
+                    ch.basic_qos(prefetch_count=credit, global_qos=True)
 
     def inspect(self, queue: str) -> Iterator[Found]:
         ch, count = self._open(queue, tx=False)

@@ -116,9 +116,12 @@ def candidates(tools: QueueTools, *, prefix: str, named: Sequence[str] = ()) -> 
             size = tools.size(name)
             if size is not None:
                 sizes[name] = size
-    for name, size in sorted(sizes.items()):
+    for name in sorted(sizes):
         if metadata.is_candidate(name, prefix):
-            found[name] = size
+            # The broker's own count now (RabbitMQ's management API lags by seconds).
+            size = tools.size(name)
+            if size is not None:
+                found[name] = size
     for name in named:
         size = tools.size(name)
         found[name] = size or 0
