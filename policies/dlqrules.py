@@ -173,6 +173,7 @@ def _pairs(line: str, where: str) -> dict[str, str]:
             break
         match = _TOKEN.match(line, at)
         if match is None:
+            at += len(line[at:]) - len(line[at:].lstrip())
             raise ConfigError(f"{where}: expected KEYWORD(value) at column {at + 1}: "
                               f"{line[at:].strip()[:30]!r}")
         keyword = match.group(1).upper()
