@@ -105,7 +105,7 @@ class ActiveMQQueues(ActiveMQ):
         report = SweepReport()
         round_ = self._round(queue, lambda _f: KEEP, None, MAX_BATCH, None, None, report)
         try:
-            for found in round_:  # not ``yield from``: closing this must not close the round
+            for found in round_:  # noqa: UP028 - closing this must not close the round
                 yield found
         finally:
             for _ in round_:  # stopped early: finish the round, so the order is kept
@@ -201,8 +201,8 @@ class ActiveMQQueues(ActiveMQ):
         if failures:
             with self._translate():
                 conn.abort(tx)
-            receipt, text = next(iter(failures.items()))
-            raise PutRefused(0, activemq_reason(text), f"{text}: nothing of this batch was done",
+            receipt, why = next(iter(failures.items()))
+            raise PutRefused(0, activemq_reason(why), f"{why}: nothing of this batch was done",
                              sends[receipt])
         done = self._receipt()
         with self._translate(), _corked(conn):

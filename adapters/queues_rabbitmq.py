@@ -157,7 +157,8 @@ class RabbitMQQueues(RabbitMQ):
                     method, props, body = ch.basic_get(queue, auto_ack=False)
                 if method is None or method.delivery_tag is None:
                     return
-                got.append((method.delivery_tag, props or pika.BasicProperties(), body))
+                data = body if isinstance(body, bytes) else (body or "").encode()
+                got.append((method.delivery_tag, props or pika.BasicProperties(), data))
             seen += 1
             yield got.popleft()
             if tag is None:
@@ -174,11 +175,11 @@ class RabbitMQQueues(RabbitMQ):
 
     def inspect(self, queue: str) -> Iterator[Found]:
         ch, count = self._open(queue, tx=False)
-        held = 0
+        seen = [0]  # every message seen is held until the channel closes
         try:
-            for tag, props, body in self._deliveries(ch, queue, count, lambda: held):
-                held += 1
-                yield Found(found_message(props, body), props.message_id or "", held - 1)
+            for _tag, props, body in self._deliveries(ch, queue, count, lambda: seen[0]):
+                seen[0] += 1
+                yield Found(found_message(props, body), props.message_id or "", seen[0] - 1)
         finally:
             _close_quietly(ch)  # everything goes back to its place
 
@@ -197,8 +198,12 @@ class RabbitMQQueues(RabbitMQ):
         report = SweepReport()
         ch, count = self._open(queue, tx=True)
         returned: list[str] = []
-        ch.add_on_return_callback(  # type: ignore[arg-type]
-            lambda _c, method, _p, _b: returned.append(method.routing_key))
+
+        def on_return(_ch: object, method: Any, _props: object, _body: bytes) -> None:
+            returned.append(method.routing_key)
+
+        # pika calls it (channel, method, properties, body); types-pika says otherwise.
+        ch.add_on_return_callback(on_return)  # type: ignore[arg-type]
         pending: list[tuple[int, Visit]] = []
         try:
             for tag, props, body in self._deliveries(

@@ -176,7 +176,7 @@ def reference_activemq(queue: str, to: str, n: int) -> float:
             conn.ack(frame.headers["ack"], transaction=tx)
         conn.commit(tx, receipt=tx)
         with cv:
-            cv.wait_for(lambda: tx in receipts, 30)
+            cv.wait_for(lambda tx=tx: tx in receipts, 30)  # type: ignore[misc]
         moved += len(batch)
     seconds = time.perf_counter() - started
     conn.disconnect()

@@ -38,8 +38,8 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # Refused without a token file: they show or change messages.
 PROTECTED = ("/staged", "/dlq")
-NO_TOKEN = ("the staged-message and dead-letter endpoints need an admin token: start the bridge with "
-            "--admin-token-file FILE (or admin-token-file: in the config file, or "
+NO_TOKEN = ("the staged-message and dead-letter endpoints need an admin token: start the bridge "
+            "with --admin-token-file FILE (or admin-token-file: in the config file, or "
             "JMS_BRIDGE_ADMIN_TOKEN_FILE), then send Authorization: Bearer <token>")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -9,7 +9,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -17,6 +17,7 @@ from adapters.queues import QueueTools, Visit
 from bridge.app.config import Settings, bridge_amqp, bridge_stomp
 from bridge.deadletter import archive, ops
 from bridge.deadletter.handler import Handler
+from policies.dlqrules import Rules, parse_rules
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
 from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
 
@@ -165,9 +166,8 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
         tools.close()
 
 
-def _rules(path: str, settings: Settings) -> object:
+def _rules(path: str, settings: Settings) -> Rules:
     from bridge.deadletter.metadata import selector_headers
-    from policies.dlqrules import parse_rules
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -176,10 +176,7 @@ def _rules(path: str, settings: Settings) -> object:
     return parse_rules(text, source=path, header_map=selector_headers(header_map(settings)))
 
 
-def _handle(tools: QueueTools, rules: object, queue: str, once: bool) -> int:
-    from policies.dlqrules import Rules
-
-    assert isinstance(rules, Rules)
+def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool) -> int:
     handler = Handler(tools, rules, queue, tools.format)  # type: ignore[attr-defined]
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
@@ -217,7 +214,7 @@ def _export(tools: QueueTools, ns: argparse.Namespace, queue: str, picker: ops.P
               f"in {ns.to}")
         return 0
 
-    def to_disk(visits: list[Visit]) -> None:
+    def to_disk(visits: Sequence[Visit]) -> None:
         writer.write(archive.visit_rows(queue, broker, visits))
 
     outcome = ops.change(tools, "purge", queue, picker, tools.format,  # type: ignore[attr-defined]

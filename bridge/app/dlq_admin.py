@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+
 from aiohttp import web
 
 from adapters.queues import QueueTools

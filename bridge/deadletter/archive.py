@@ -84,10 +84,11 @@ class Writer:
             raise ConfigError(f"--format: expected one of {', '.join(FORMATS)}, got {self.fmt!r}")
         if self.fmt == "parquet":
             try:
-                import pyarrow  # noqa: F401
+                import pyarrow  # type: ignore[import-untyped]  # noqa: F401
             except ImportError:
                 raise ConfigError("--format parquet needs pyarrow (pip install "
-                                  "'jms-bridge[pipeline]'); --format jsonl needs nothing")
+                                  "'jms-bridge[pipeline]'); --format jsonl needs nothing"
+                                  ) from None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -135,7 +136,7 @@ class Writer:
     @staticmethod
     def _parquet(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
         schema = pa.schema([
             ("schema", pa.int32()), ("queue", pa.string()), ("broker", pa.string()),

@@ -106,8 +106,9 @@ def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
     if "x-first-death-queue" in h or "x-death-queue" in h:
         queue = h.get("x-first-death-queue") or h["x-death-queue"]
         word = h.get("x-first-death-reason") or h.get("x-death-reason") or ""
-        reason, code = RABBITMQ_REASONS.get(word, (word or None, None))
-        return Info(original_id, "rabbitmq", reason, code, word or None,
+        known = RABBITMQ_REASONS.get(word)
+        return Info(original_id, "rabbitmq", known[0] if known else (word or None),
+                    known[1] if known else None, word or None,
                     f"/amq/queue/{queue}", _int(h.get("x-death-time")),
                     _int(h.get("x-death-count")), persistent, retries)
     if envelope.TARGET in h:

@@ -21,8 +21,8 @@ import pytest
 
 from adapters.base import Message
 from adapters.queues import DROP, QueueTools
-from bridge.app.dlq import queue_tools
 from bridge.app.config import Settings, resolve
+from bridge.app.dlq import queue_tools
 from bridge.deadletter import metadata, ops
 from bridge.staging import envelope
 from policies.selector import ACTIVEMQ, RABBITMQ
