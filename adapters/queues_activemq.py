@@ -36,12 +36,14 @@ from adapters.activemq import (
     ActiveMQ,
     _corked,
     _message,
+    _valid_destination,
     activemq_reason,
     map_message_json,
 )
 from adapters.base import Message
 from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
 from policies.errors import BrokerUnavailable, PutRefused
+from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
 
 BROWSE_PAGE = 400  # ActiveMQ's default maxBrowsePageSize
 # Messages acknowledged in a transaction not yet committed still count against the page-in
@@ -184,6 +186,11 @@ class ActiveMQQueues(ActiveMQ):
         acting = [v for _, v in pending if not isinstance(v.action, Keep)]
         if before_commit is not None and acting:
             before_commit(acting)
+        for _, visit in pending:
+            if isinstance(visit.action, Put) and not _valid_destination(visit.action.destination):
+                raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
+                                 "not a destination ActiveMQ's STOMP can send to: nothing of "
+                                 "this batch was done", visit.action.destination)
         conn = self._live()
         tx = f"jb-sweep-{next(self._ids)}"
         sends: dict[str, str] = {}  # receipt -> destination

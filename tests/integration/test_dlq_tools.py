@@ -459,3 +459,54 @@ def test_admin_api(broker: Broker, tools: QueueTools, tmp_path: Path) -> None:
     assert [m.headers[metadata.REPLAY_OF] for m in drain(tools, a.removeprefix("/queue/"))] == [
         f"{run}-1", f"{run}-3"]
     assert tools.size(dlq) == 0
+
+
+def test_a_refused_put_stops_the_replay_and_loses_nothing(broker: Broker,
+                                                          tools: QueueTools) -> None:
+    """A target the broker cannot take (RabbitMQ: a queue that does not exist; ActiveMQ: a
+    destination its STOMP has no such kind of): one line with the MQRC reason, exit 1, and
+    every message still on the dead-letter queue, in order."""
+    run = new_run()
+    dlq = f"{PREFIX}{run}-dlq"
+    fill(tools, dlq, [dead_letter(run, i, f"/queue/{PREFIX}{run}-a", "EU") for i in range(5)])
+    kind = "/amq/queue/" if broker.name == "rabbitmq" else "/exchange/"
+    done = cli(broker, "replay", "--queue", dlq, "--to", f"{kind}{PREFIX}{run}-none",
+               "--log-level", "error")
+    reason = "MQRC_UNKNOWN_OBJECT_NAME (2085)"
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("jms-bridge:")]
+    assert len(errors) == 1 and reason in errors[0], done.stderr
+    assert "Traceback" not in done.stderr and "replayed 0 of" in done.stdout
+    assert ids(tools, dlq) == [f"{run}-{i}" for i in range(5)]
+
+
+def test_the_handler_runs_until_stopped(broker: Broker, tools: QueueTools,
+                                        tmp_path: Path) -> None:
+    run = new_run()
+    dlq = f"{PREFIX}{run}-dlq"
+    fill(tools, dlq, [])
+    tools.size(dlq)  # RabbitMQ: declare it
+    if broker.name == "rabbitmq":
+        tools.ensure_queues([dlq])  # type: ignore[attr-defined]
+    rules = tmp_path / "rules.txt"
+    rules.write_text(f"INPUTQ({dlq}) RETRYINT(0.2)\nSELECTOR('region = ''EU''') ACTION(DISCARD)"
+                     "\nACTION(IGNORE)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JMS_BRIDGE_")}
+    proc = subprocess.Popen([*JMS_BRIDGE, "dlq", "handle", *flags(broker), "--rules",
+                             str(rules)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT)
+    try:
+        time.sleep(1.0)
+        fill(tools, dlq, [dead_letter(run, 0, "/queue/x", "EU"),
+                          dead_letter(run, 1, "/queue/x", "US")])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and ids(tools, dlq) != [f"{run}-1"]:
+            time.sleep(0.3)
+        assert ids(tools, dlq) == [f"{run}-1"]  # the EU one discarded, the other left
+        assert proc.poll() is None  # still running
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "stopped:" in out and "DISCARD 1" in out
+    assert err.count(f"original_id={run}-1") == 1  # left in place: logged once, not every pass
