@@ -11,9 +11,11 @@ them rotated, and the next whole round puts them back); their JMSMessageID is ne
 message gets ``jms-bridge-message-id`` (its original id) if it had none. Messages that arrive
 during a round land between the kept ones and those not yet visited.
 
-Each batch is BEGIN, the SENDs (each with a receipt, so a refused one aborts the batch before
-any of its ACKs count), the ACKs, COMMIT: killed before the COMMIT, the broker rolls it all
-back and the messages come again.
+Each batch is BEGIN, the SENDs (the last with a receipt: once it is answered, an ERROR for any
+of them is in too, and a refused one aborts the batch before any of its ACKs count), the ACKs,
+COMMIT: killed before the COMMIT, the broker rolls it all back and the messages come again. A
+batch is committed as soon as no more messages are waiting (ActiveMQ may hold the next ones
+back until it is).
 
 ``inspect`` of a queue of at most ``maxBrowsePageSize`` messages is a browser subscription
 (nothing changes); of a longer one, a round with every message kept.
@@ -50,7 +52,6 @@ BROWSE_PAGE = 400  # ActiveMQ's default maxBrowsePageSize
 # limit (maxPageSize, 200): a batch must stay below it, or the broker stops dispatching.
 MAX_BATCH = 150
 IDLE_S = 2.0  # no message for this long, nothing pending: the queue has no more for us
-PENDING_IDLE_S = 0.2  # no message for this long: commit what is pending (it may hold them up)
 LIST_TIMEOUT_S = 5.0
 ORIGINAL_ID = "jms-bridge-message-id"
 
@@ -150,7 +151,9 @@ class ActiveMQQueues(ActiveMQ):
         try:
             while report.seen < count:
                 try:
-                    frame = inbox.get(timeout=PENDING_IDLE_S if pending else IDLE_S)
+                    # With work pending, commit it as soon as nothing more has arrived: the
+                    # broker may be holding the next messages back until it is.
+                    frame = inbox.get_nowait() if pending else inbox.get(timeout=IDLE_S)
                 except queues.Empty:
                     if pending:
                         self._commit(queue, pending, before_commit, after_commit, report)
@@ -193,24 +196,28 @@ class ActiveMQQueues(ActiveMQ):
                                  "this batch was done", visit.action.destination)
         conn = self._live()
         tx = f"jb-sweep-{next(self._ids)}"
-        sends: dict[str, str] = {}  # receipt -> destination
+        targets = [(frame, *self._target(queue, visit)) for frame, visit in pending]
+        sends = [(f, w, m) for f, w, m in targets if w is not None]
+        # Only the last SEND asks for a receipt (a receipt on each made ActiveMQ take each
+        # SEND of a transaction one by one: 3 ms apiece here). The broker answers frames in
+        # order, so once that receipt is in, an ERROR for any SEND before it is in too.
+        errors = len(self._listener.errors)
+        barrier = self._receipt()
         with self._translate(), _corked(conn):
-            conn.begin(tx)
-            for frame, visit in pending:
-                text = "content-length" not in frame.headers
-                where, message = self._target(queue, visit)
-                if where is not None:
-                    receipt = self._receipt()
-                    sends[receipt] = where
-                    self._send(conn, where, message, text=text, transaction=tx,
-                               receipt=receipt)
-        failures = self._await_all(list(sends), "sweep SEND")
-        if failures:
+            conn.begin(tx, **({} if sends else {"receipt": barrier}))
+            for i, (frame, where, message) in enumerate(sends):
+                extra = {"receipt": barrier} if i == len(sends) - 1 else {}
+                self._send(conn, where, message, text="content-length" not in frame.headers,
+                           transaction=tx, **extra)
+        why = self._await_all([barrier], "sweep SEND").get(barrier)
+        if why is None and len(self._listener.errors) > errors:
+            why = self._listener.errors[-1]
+        if why is not None:
             with self._translate():
                 conn.abort(tx)
-            receipt, why = next(iter(failures.items()))
+            where = ", ".join(sorted({w for _, w, _ in sends}))
             raise PutRefused(0, activemq_reason(why), f"{why}: nothing of this batch was done",
-                             sends[receipt])
+                             where)
         done = self._receipt()
         with self._translate(), _corked(conn):
             for frame, _ in pending:

@@ -463,15 +463,16 @@ def test_admin_api(broker: Broker, tools: QueueTools, tmp_path: Path) -> None:
 
 def test_a_refused_put_stops_the_replay_and_loses_nothing(broker: Broker,
                                                           tools: QueueTools) -> None:
-    """A target the broker cannot take (RabbitMQ: a queue that does not exist; ActiveMQ: a
-    destination its STOMP has no such kind of): one line with the MQRC reason, exit 1, and
-    every message still on the dead-letter queue, in order."""
+    """A target the broker refuses (RabbitMQ: a queue that does not exist; ActiveMQ: a
+    temporary queue that does not exist, refused by the broker inside the transaction): one
+    line with the MQRC reason, exit 1, and every message still on the dead-letter queue, in
+    order."""
     run = new_run()
     dlq = f"{PREFIX}{run}-dlq"
     fill(tools, dlq, [dead_letter(run, i, f"/queue/{PREFIX}{run}-a", "EU") for i in range(5)])
-    kind = "/amq/queue/" if broker.name == "rabbitmq" else "/exchange/"
-    done = cli(broker, "replay", "--queue", dlq, "--to", f"{kind}{PREFIX}{run}-none",
-               "--log-level", "error")
+    to = (f"/amq/queue/{PREFIX}{run}-none" if broker.name == "rabbitmq"
+          else f"/remote-temp-queue/ID:{run}-1:1:1")
+    done = cli(broker, "replay", "--queue", dlq, "--to", to, "--log-level", "error")
     reason = "MQRC_UNKNOWN_OBJECT_NAME (2085)"
     assert done.returncode == 1, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("jms-bridge:")]
