@@ -14,10 +14,11 @@ from pathlib import Path
 from types import FrameType
 
 from adapters.queues import QueueTools, Visit
-from bridge.app.config import Settings, bridge_amqp, bridge_stomp
+from bridge.app.config import Settings, bridge_amqp, bridge_stomp, parse_hostport
 from bridge.deadletter import archive, ops
 from bridge.deadletter.handler import Handler
 from policies.dlqrules import Rules, parse_rules
+from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
 from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
 
@@ -26,7 +27,7 @@ EXIT_NOT_FOUND = 3
 ACTIONS = ("list", "count", "browse", "purge", "replay", "move", "export", "handle")
 # Namespace keys of these subcommands that are not bridge settings.
 OWN_KEYS = frozenset({"queue", "selector", "limit", "json", "to", "body", "all", "remove",
-                      "format", "rules", "once", "batch"})
+                      "format", "rules", "once", "batch", "metrics_listen"})
 
 
 def add_parser(
@@ -88,6 +89,8 @@ def add_parser(
     handle.add_argument("--rules", metavar="FILE", required=True, help="the rules table")
     handle.add_argument("--once", action="store_true",
                         help="one pass over the queue, then exit")
+    handle.add_argument("--metrics-listen", metavar="HOST:PORT",
+                        help="serve the handler's counters for Prometheus here (/metrics)")
 
 
 def queue_tools(settings: Settings) -> QueueTools:
@@ -123,8 +126,11 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
     queue = ns.queue if isinstance(ns.queue, str) and ns.queue else settings.undelivered_queue
     picker = ops.Picker.of(getattr(ns, "selector", None), header_map(settings))
     rules = None
+    metrics_at = None
     if ns.action == "handle":
         rules = _rules(ns.rules, settings)
+        if ns.metrics_listen:
+            metrics_at = parse_hostport(ns.metrics_listen, "--metrics-listen")
         if not (isinstance(ns.queue, str) and ns.queue) and rules.control.inputq:
             queue = rules.control.inputq
     if ns.action == "purge" and picker.selector is None and not ns.all:
@@ -150,7 +156,7 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
             return _export(tools, ns, queue, picker, limit)
         if ns.action == "handle":
             assert rules is not None
-            return _handle(tools, rules, queue, ns.once)
+            return _handle(tools, rules, queue, ns.once, metrics_at)
         fmt = tools.format  # type: ignore[attr-defined]
         to = _destination(ns.to) if getattr(ns, "to", None) else None
         outcome = ops.change(tools, ns.action, queue, picker, fmt, limit=limit, to=to)
@@ -176,8 +182,20 @@ def _rules(path: str, settings: Settings) -> Rules:
     return parse_rules(text, source=path, header_map=selector_headers(header_map(settings)))
 
 
-def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool) -> int:
-    handler = Handler(tools, rules, queue, tools.format)  # type: ignore[attr-defined]
+def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool,
+            metrics_at: Endpoint | None) -> int:
+    from bridge.app.metrics import Metrics
+
+    metrics = Metrics()
+    if metrics_at is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(metrics_at.port, metrics_at.host, registry=metrics.registry)
+        except OSError as exc:
+            raise ConfigError(f"--metrics-listen {metrics_at}: {exc}") from None
+    handler = Handler(tools, rules, queue, tools.format,  # type: ignore[attr-defined]
+                      stats=metrics.deadletters)
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -110,7 +110,7 @@ def candidates(tools: QueueTools, *, prefix: str, named: Sequence[str] = ()) -> 
     found: dict[str, int] = {}
     try:
         sizes = tools.queue_sizes()
-    except Exception:  # noqa: BLE001 - a broker that cannot list: the known names only
+    except BrokerUnavailable:  # a broker that cannot list (no management API): known names
         sizes = {}
         for name in (metadata.UNDELIVERED, f"{prefix}.undeliverable", "ActiveMQ.DLQ"):
             size = tools.size(name)

@@ -493,9 +493,13 @@ def test_the_handler_runs_until_stopped(broker: Broker, tools: QueueTools,
     rules.write_text(f"INPUTQ({dlq}) RETRYINT(0.2)\nSELECTOR('region = ''EU''') ACTION(DISCARD)"
                      "\nACTION(IGNORE)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("JMS_BRIDGE_")}
+    from tests.integration.bridgeproc import free_port
+
+    port = free_port()
     proc = subprocess.Popen([*JMS_BRIDGE, "dlq", "handle", *flags(broker), "--rules",
-                             str(rules)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=ROOT)
+                             str(rules), "--metrics-listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT)
     try:
         time.sleep(1.0)
         fill(tools, dlq, [dead_letter(run, 0, "/queue/x", "EU"),
@@ -505,6 +509,12 @@ def test_the_handler_runs_until_stopped(broker: Broker, tools: QueueTools,
             time.sleep(0.3)
         assert ids(tools, dlq) == [f"{run}-1"]  # the EU one discarded, the other left
         assert proc.poll() is None  # still running
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            text = page.read().decode()
+        assert ('jms_bridge_dlq_actions_total{operation="handle-DISCARD",'
+                'reason="MQRC_BACKOUT_THRESHOLD_REACHED"} 1.0') in text
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
