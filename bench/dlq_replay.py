@@ -206,6 +206,22 @@ def selector_rate(seconds: float = 2.0) -> list[tuple[str, float]]:
     return out
 
 
+def empty_activemq(names: list[str]) -> None:
+    """Empty what this run filled or replayed to on ActiveMQ (it removes idle empty queues
+    itself): a broker left holding a run's messages runs short of heap for everyone else."""
+    from adapters.queues import DROP
+
+    if not names:
+        return
+    tools = queue_tools(settings("activemq"))
+    tools.connect()
+    try:
+        for name in names:
+            tools.sweep(name, lambda _f: DROP)
+    finally:
+        tools.close()
+
+
 def delete_rabbitmq(prefix: str) -> None:
     import json
     import urllib.request
@@ -229,12 +245,15 @@ def main() -> None:
     ns = parser.parse_args()
     run = uuid.uuid4().hex[:8]
     prefix = f"jbb-dlq-{run}-"
+    filled: list[str] = []
     print(f"dlq replay bench: {ns.count} dead letters per broker, 20 headers, 1 KiB bodies, "
           f"selector n_mod = 'even' (half)")
     try:
         for broker in ns.brokers.split(","):
             for n in (ns.count // 4, ns.count):
                 queue, target = f"{prefix}{broker}-{n}-dlq", f"{prefix}{broker}-{n}-target"
+                if broker == "activemq":
+                    filled += [queue, target]
                 fill(broker, queue, run, target, n)
                 args = [sys.executable, "-m", "bridge.app.cli", "dlq", "replay", *FLAGS[broker],
                         "--queue", queue, "--selector", "n_mod = 'even'",
@@ -244,6 +263,8 @@ def main() -> None:
                       f"({n} examined in {seconds:.1f} s, {n / seconds:,.0f} examined/s), "
                       f"peak RSS {rss / 1024:.0f} MiB  [{line}]")
             queue, to = f"{prefix}{broker}-ref", f"{prefix}{broker}-ref-out"
+            if broker == "activemq":
+                filled += [queue, to]
             fill(broker, queue, run, to, ns.count // 2)
             if broker == "rabbitmq":
                 rate = reference_rabbitmq(queue, to, ns.count // 2)
@@ -256,6 +277,7 @@ def main() -> None:
             print(f"selector  {per_second:12,.0f} msgs/s on one core (20-header messages): {text}")
     finally:
         delete_rabbitmq(prefix)
+        empty_activemq(filled)
 
 
 if __name__ == "__main__":

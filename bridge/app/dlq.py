@@ -100,7 +100,9 @@ def queue_tools(settings: Settings) -> QueueTools:
         return RabbitMQQueues(bridge_amqp(settings), management=settings.upstream_management)
     from adapters.queues_activemq import ActiveMQQueues
 
-    return ActiveMQQueues(bridge_stomp(settings))
+    # A COMMIT of a batch can take seconds on a busy broker: not an outage (and either way a
+    # batch is all done or not at all).
+    return ActiveMQQueues(bridge_stomp(settings), receipt_timeout=60.0)
 
 
 def header_map(settings: Settings) -> HeaderMap:
