@@ -1,4 +1,5 @@
-"""Admin HTTP: liveness, readiness, Prometheus metrics, staged messages.
+"""Admin HTTP: liveness, readiness, Prometheus metrics, staged messages, dead letters
+(``bridge.app.dlq_admin``).
 
 The staged-message endpoints run the same code as ``jms-bridge staged``, each call on a
 connection of its own in a worker thread (the adapters are blocking).
@@ -19,7 +20,8 @@ from dataclasses import asdict
 from aiohttp import web
 
 from adapters.base import StagingBroker
-from bridge.app import logs
+from adapters.queues import QueueTools
+from bridge.app import dlq_admin, logs
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
@@ -29,12 +31,15 @@ from bridge.staging.stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError
 from policies.redelivery import PolicyTable
+from policies.selector import ACTIVEMQ, RABBITMQ
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Open to anyone who can reach the port: what probes and Prometheus scrape.
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-NO_TOKEN = ("the staged-message endpoints need an admin token: start the bridge with "
-            "--admin-token-file FILE (or admin-token-file: in the config file, or "
+# Refused without a token file: they show or change messages.
+PROTECTED = ("/staged", "/dlq")
+NO_TOKEN = ("the staged-message and dead-letter endpoints need an admin token: start the bridge "
+            "with --admin-token-file FILE (or admin-token-file: in the config file, or "
             "JMS_BRIDGE_ADMIN_TOKEN_FILE), then send Authorization: Bearer <token>")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -69,6 +74,7 @@ class Admin:
         redelivery: PolicyTable | None = None,
         tokens: TokenFile | None = None,
         readiness: Callable[[], str | None] | None = None,
+        queue_tools: Callable[[], QueueTools] | None = None,
     ) -> None:
         self.metrics = metrics
         self.broker = broker
@@ -93,6 +99,9 @@ class Admin:
                 web.post("/staged/{message_id}/release", self.staged_release),
             ]
         )
+        dlq_admin.install(self.app, queue_tools,
+                          RABBITMQ if broker == "rabbitmq" else ACTIVEMQ,
+                          prefix=self.layout.prefix, stats=metrics.deadletters)
         self._runner: web.AppRunner | None = None
 
     @web.middleware
@@ -101,7 +110,7 @@ class Admin:
             return await handler(request)
         tokens = self.tokens
         if tokens is None:
-            if request.path == "/staged" or request.path.startswith("/staged/"):
+            if request.path.startswith(PROTECTED):
                 return web.json_response({"error": NO_TOKEN}, status=403)
             return await handler(request)
         before = (tokens.problem, tokens.reloads)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from bridge import __version__
-from bridge.app import logs
+from bridge.app import dlq, logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
 from bridge.pipeline.options import add_arguments as add_report_arguments
 from policies.errors import BridgeError, ConfigError
@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--upto", metavar="N", type=int, default=None,
                       help="show failures 1..N (default: until the policy settles)")
     show.add_argument("--json", action="store_true", help="JSON instead of text")
+    dlq.add_parser(commands, _connection_flags, _Parser)
     report = commands.add_parser(
         "report", help="per destination and hour, from the event journal: Parquet tables and an "
                        "HTML page of charts (PySpark)")
@@ -188,7 +189,7 @@ def _report(ns: argparse.Namespace) -> int:
 
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     skip = {"command", "config", "action", "target", "message_id", "json", "destination", "user",
-            "upto"}
+            "upto", *dlq.OWN_KEYS}
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 
 
@@ -206,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if ns.command == "policy":
             return _policy(ns, settings)
+        if ns.command == "dlq":
+            return dlq.run(ns, settings)
         return _staged(ns, settings)
     except BridgeError as exc:
         print(f"jms-bridge: {exc}", file=sys.stderr)

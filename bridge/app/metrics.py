@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from bridge.deadletter.stats import DeadLetterStats
 from bridge.frontends.stats import RelayStats
 
 
@@ -72,6 +73,21 @@ def _by_label(name: str, doc: str, label: str, tally: Tally[str]) -> CounterMetr
     return family
 
 
+class _DeadLetterCollector(Collector):
+    def __init__(self, stats: DeadLetterStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "jms_bridge_dlq_actions",
+            "Messages the dead-letter tools purged, replayed, moved or exported, and the rules "
+            "handler's actions (handle-RETRY, handle-FWD, handle-DISCARD, handle-IGNORE), by "
+            "the dead letter's reason.", labels=["operation", "reason"])
+        for (operation, reason), n in sorted(self.stats.actions.items()):
+            family.add_metric([operation, reason], n)
+        yield family
+
+
 class Metrics:
     """The registry of one bridge process."""
 
@@ -79,7 +95,9 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.relay = RelayStats()
         self.amqp = RelayStats()
+        self.deadletters = DeadLetterStats()
         self.registry.register(_RelayCollector(self.relay))
+        self.registry.register(_DeadLetterCollector(self.deadletters))
 
     def count_amqp(self) -> RelayStats:
         """Export the AMQP front-end's counters too, as ``jms_bridge_amqp_*``."""

@@ -10,7 +10,7 @@ import ssl
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import PutCheck
-from bridge.app import logs
+from bridge.app import dlq, logs
 from bridge.app.admin import Admin
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
@@ -169,6 +169,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         redelivery=settings.redelivery,
         tokens=tokens,
         readiness=watch.readiness,
+        queue_tools=lambda: dlq.queue_tools(settings),
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))

@@ -1,0 +1,248 @@
+"""``adapters.queues.QueueTools`` on ActiveMQ, over the staging adapter's STOMP connection.
+
+ActiveMQ pages a queue into memory a few hundred messages at a time (``maxPageSize`` 200,
+``maxBrowsePageSize`` 400) and pages in no more while those are held unacknowledged or match
+no selector: a browser sees at most 400 messages, a selector past the first page sees nothing,
+and a consumer that holds what it keeps stalls. So a sweep goes round the queue once: every
+message it visits is acknowledged in a STOMP transaction together with what becomes of it, and
+a message it keeps is sent again to the queue's tail in that same transaction. After a whole
+round the kept messages are in their old order (a round stopped part-way by a kill leaves
+them rotated, and the next whole round puts them back); their JMSMessageID is new, so a kept
+message gets ``jms-bridge-message-id`` (its original id) if it had none. Messages that arrive
+during a round land between the kept ones and those not yet visited.
+
+Each batch is BEGIN, the SENDs (the last with a receipt: once it is answered, an ERROR for any
+of them is in too, and a refused one aborts the batch before any of its ACKs count), the ACKs,
+COMMIT: killed before the COMMIT, the broker rolls it all back and the messages come again. A
+batch is committed as soon as no more messages are waiting (ActiveMQ may hold the next ones
+back until it is).
+
+``inspect`` of a queue of at most ``maxBrowsePageSize`` messages is a browser subscription
+(nothing changes); of a longer one, a round with every message kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue as queues
+import time
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+
+from stomp.exception import StompException  # type: ignore[import-untyped]
+from stomp.utils import Frame  # type: ignore[import-untyped]
+
+from adapters.activemq import (
+    STATISTICS,
+    STATISTICS_END,
+    ActiveMQ,
+    _corked,
+    _message,
+    _valid_destination,
+    activemq_reason,
+    map_message_json,
+)
+from adapters.base import Message
+from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
+from policies.errors import BrokerUnavailable, PutRefused
+from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
+
+BROWSE_PAGE = 400  # ActiveMQ's default maxBrowsePageSize
+# Messages acknowledged in a transaction not yet committed still count against the page-in
+# limit (maxPageSize, 200): a batch must stay below it, or the broker stops dispatching.
+MAX_BATCH = 150
+IDLE_S = 2.0  # no message for this long, nothing pending: the queue has no more for us
+LIST_TIMEOUT_S = 5.0
+ORIGINAL_ID = "jms-bridge-message-id"
+
+
+class ActiveMQQueues(ActiveMQ):
+    """The staging adapter plus the dead-letter tools' port."""
+
+    # -- sizes ---------------------------------------------------------------------------------
+
+    def queue_sizes(self) -> dict[str, int]:
+        """Every queue, from one statistics request for ``>``."""
+        conn, inbox = self._statistics()
+        with contextlib.suppress(queues.Empty):
+            while True:
+                inbox.get_nowait()
+        cid = f"jb-stats-{uuid.uuid4().hex}"
+        sizes: dict[str, int] = {}
+        try:
+            conn.send(STATISTICS + ">", b"", headers={
+                "reply-to": "/temp-queue/jms-bridge-statistics", "correlation-id": cid,
+                STATISTICS_END: "true",
+                "expires": str(time.time_ns() // 1_000_000 + 60_000)})
+            deadline = time.monotonic() + LIST_TIMEOUT_S
+            while True:
+                frame = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                if frame is None:
+                    raise BrokerUnavailable(f"{self._where()}: statistics connection lost")
+                if frame.headers.get("correlation-id", cid) != cid:
+                    continue
+                values = map_message_json(frame.body)
+                name = str(values.get("destinationName") or "")
+                if not name:
+                    return sizes
+                if name.startswith("queue://"):
+                    sizes[name.removeprefix("queue://")] = int(str(values.get("size", 0)))
+        except queues.Empty:
+            self._close_statistics()
+            raise BrokerUnavailable(f"{self._where()}: no answer listing the queues") from None
+        except (StompException, OSError, ValueError) as exc:
+            self._close_statistics()
+            raise BrokerUnavailable(f"{self._where()}: statistics: {exc!r}") from exc
+
+    def size(self, queue: str) -> int | None:
+        return self.depth(queue)
+
+    # -- looking -------------------------------------------------------------------------------
+
+    def inspect(self, queue: str) -> Iterator[Found]:
+        if self.depth(queue) <= BROWSE_PAGE:
+            with contextlib.closing(self._browse(queue)) as frames:
+                for i, frame in enumerate(frames):
+                    yield Found(_message(frame), frame.headers.get("message-id", ""), i)
+            return
+        report = SweepReport()
+        round_ = self._round(queue, lambda _f: KEEP, None, MAX_BATCH, None, None, report)
+        try:
+            for found in round_:  # noqa: UP028 - closing this must not close the round
+                yield found
+        finally:
+            for _ in round_:  # stopped early: finish the round, so the order is kept
+                pass
+
+    def sweep(
+        self,
+        queue: str,
+        decide: Callable[[Found], Action],
+        *,
+        limit: int | None = None,
+        batch: int = 500,
+        before_commit: Callable[[Sequence[Visit]], None] | None = None,
+        after_commit: Callable[[Sequence[Visit]], None] | None = None,
+    ) -> SweepReport:
+        report = SweepReport()
+        for _ in self._round(queue, decide, limit, batch, before_commit, after_commit, report):
+            pass
+        return report
+
+    def _round(
+        self,
+        queue: str,
+        decide: Callable[[Found], Action],
+        limit: int | None,
+        batch: int,
+        before_commit: Callable[[Sequence[Visit]], None] | None,
+        after_commit: Callable[[Sequence[Visit]], None] | None,
+        report: SweepReport,
+    ) -> Generator[Found, None, None]:
+        count = self.depth(queue)
+        if count == 0:
+            return
+        batch = max(1, min(batch, MAX_BATCH))
+        inbox: queues.Queue[Frame | None] = queues.Queue()
+        sid = self._subscribe(queue, inbox, ack="client-individual",
+                              **{"activemq.prefetchSize": str(min(2 * batch, count))})
+        pending: list[tuple[Frame, Visit]] = []
+        acted = 0
+        try:
+            while report.seen < count:
+                try:
+                    # With work pending, commit it as soon as nothing more has arrived: the
+                    # broker may be holding the next messages back until it is.
+                    frame = inbox.get_nowait() if pending else inbox.get(timeout=IDLE_S)
+                except queues.Empty:
+                    if pending:
+                        self._commit(queue, pending, before_commit, after_commit, report)
+                        continue
+                    break
+                if frame is None:
+                    self._live()
+                    break
+                found = Found(_message(frame), frame.headers.get("message-id", ""), report.seen)
+                report.seen += 1
+                action = decide(found) if limit is None or acted < limit else KEEP
+                if not isinstance(action, Keep):
+                    acted += 1
+                pending.append((frame, Visit(found, action)))
+                yield found
+                if len(pending) >= batch:
+                    self._commit(queue, pending, before_commit, after_commit, report)
+            self._commit(queue, pending, before_commit, after_commit, report)
+        finally:
+            with contextlib.suppress(BrokerUnavailable):
+                self._unsubscribe(sid)  # what was delivered and not committed goes back
+
+    def _commit(
+        self,
+        queue: str,
+        pending: list[tuple[Frame, Visit]],
+        before_commit: Callable[[Sequence[Visit]], None] | None,
+        after_commit: Callable[[Sequence[Visit]], None] | None,
+        report: SweepReport,
+    ) -> None:
+        if not pending:
+            return
+        acting = [v for _, v in pending if not isinstance(v.action, Keep)]
+        if before_commit is not None and acting:
+            before_commit(acting)
+        for _, visit in pending:
+            if isinstance(visit.action, Put) and not _valid_destination(visit.action.destination):
+                raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
+                                 "not a destination ActiveMQ's STOMP can send to: nothing of "
+                                 "this batch was done", visit.action.destination)
+        conn = self._live()
+        tx = f"jb-sweep-{next(self._ids)}"
+        targets = [(frame, *self._target(queue, visit)) for frame, visit in pending]
+        sends = [(f, w, m) for f, w, m in targets if w is not None]
+        # Only the last SEND asks for a receipt (a receipt on each made ActiveMQ take each
+        # SEND of a transaction one by one: 3 ms apiece here). The broker answers frames in
+        # order, so once that receipt is in, an ERROR for any SEND before it is in too.
+        errors = len(self._listener.errors)
+        barrier = self._receipt()
+        with self._translate(), _corked(conn):
+            conn.begin(tx, **({} if sends else {"receipt": barrier}))
+            for i, (frame, where, message) in enumerate(sends):
+                extra = {"receipt": barrier} if i == len(sends) - 1 else {}
+                self._send(conn, where, message, text="content-length" not in frame.headers,
+                           transaction=tx, **extra)
+        why = self._await_all([barrier], "sweep SEND").get(barrier)
+        if why is None and len(self._listener.errors) > errors:
+            why = self._listener.errors[-1]
+        if why is not None:
+            with self._translate():
+                conn.abort(tx)
+            where = ", ".join(sorted({w for _, w, _ in sends}))
+            raise PutRefused(0, activemq_reason(why), f"{why}: nothing of this batch was done",
+                             where)
+        done = self._receipt()
+        with self._translate(), _corked(conn):
+            for frame, _ in pending:
+                conn.ack(frame.headers["ack"], transaction=tx)
+            conn.commit(tx, receipt=done)
+        self._await([done], "sweep COMMIT")
+        for _, visit in pending:
+            if isinstance(visit.action, Keep):
+                report.kept += 1
+            elif isinstance(visit.action, Drop):
+                report.dropped += 1
+            else:
+                report.put += 1
+        if after_commit is not None and acting:
+            after_commit(acting)
+        pending.clear()
+
+    @staticmethod
+    def _target(queue: str, visit: Visit) -> tuple[str | None, Message]:
+        action, message = visit.action, visit.found.message
+        if isinstance(action, Put):
+            return action.destination, action.message
+        if isinstance(action, Drop):
+            return None, message
+        headers = dict(message.headers)
+        if visit.found.broker_id:
+            headers.setdefault(ORIGINAL_ID, visit.found.broker_id)
+        return f"/queue/{queue}", Message(headers, message.body)

@@ -1,0 +1,250 @@
+"""The ``jms-bridge dlq`` subcommands: argument parsing and running (``bridge.deadletter``
+does the work). Exit codes as ``jms-bridge staged``: 0 done, 1 failed (one line on stderr
+naming the problem and the MQRC reason where there is one), 2 bad usage, 3 no such queue."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+
+from adapters.queues import QueueTools, Visit
+from bridge.app.config import Settings, bridge_amqp, bridge_stomp, parse_hostport
+from bridge.deadletter import archive, ops
+from bridge.deadletter.handler import Handler
+from policies.dlqrules import Rules, parse_rules
+from policies.endpoints import Endpoint
+from policies.errors import BrokerUnavailable, ConfigError, PutRefused
+from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
+
+EXIT_FAILURE = 1
+EXIT_NOT_FOUND = 3
+ACTIONS = ("list", "count", "browse", "purge", "replay", "move", "export", "handle")
+# Namespace keys of these subcommands that are not bridge settings.
+OWN_KEYS = frozenset({"queue", "selector", "limit", "json", "to", "body", "all", "remove",
+                      "format", "rules", "once", "batch", "metrics_listen"})
+
+
+def add_parser(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    connection_flags: Callable[[argparse.ArgumentParser], None],
+    parser_class: type[argparse.ArgumentParser],
+) -> None:
+    dlq = commands.add_parser(
+        "dlq", help="list, browse, purge, replay, move, export or handle dead letters")
+    actions = dlq.add_subparsers(dest="action", required=True, parser_class=parser_class)
+    helps = {
+        "list": "dead-letter queues (by name, and any --queue) with their message counts",
+        "count": "how many messages of a queue match",
+        "browse": "matching messages' metadata (reason, original destination, time, "
+                  "deliveries, original id), optionally the body",
+        "purge": "remove the matching messages",
+        "replay": "put the matching messages back to their original destination (or --to), "
+                  "as the application sent them",
+        "move": "put the matching messages to --to, dead-letter metadata kept",
+        "export": "write the matching messages (every header and the body) to files in --to",
+        "handle": "apply a runmqdlq-style rules table to a dead-letter queue",
+    }
+    for name in ACTIONS:
+        p = actions.add_parser(name, help=helps[name])
+        connection_flags(p)
+        if name == "list":
+            p.add_argument("--queue", metavar="Q", action="append",
+                           help="show this queue too (repeatable)")
+        elif name == "handle":
+            p.add_argument("--queue", metavar="Q",
+                           help="the queue to handle (default: the rules' INPUTQ, else the "
+                                "undelivered queue)")
+        else:
+            p.add_argument("--queue", metavar="Q",
+                           help="the queue (default: the undelivered queue)")
+        if name not in ("list", "handle"):
+            p.add_argument("--selector", metavar="EXPR",
+                           help="a JMS selector; JMSDestination='Queue[A]' is the original "
+                                "destination")
+        if name in ("browse", "purge", "replay", "move", "export"):
+            p.add_argument("--limit", metavar="N", type=int, default=None,
+                           help="at most N matching messages")
+        if name in ("list", "browse", "purge", "replay", "move"):
+            p.add_argument("--json", action="store_true", help="JSON instead of text")
+    actions.choices["browse"].add_argument("--body", action="store_true",
+                                           help="show each message's body too")
+    actions.choices["purge"].add_argument(
+        "--all", action="store_true", help="purge every message (without --selector, needed)")
+    actions.choices["replay"].add_argument(
+        "--to", metavar="DEST", help="put them here instead of their original destination")
+    actions.choices["move"].add_argument("--to", metavar="DEST", required=True,
+                                         help="where they go (/queue/NAME or a queue name)")
+    export = actions.choices["export"]
+    export.add_argument("--to", metavar="DIR", required=True, help="folder for the files")
+    export.add_argument("--remove", action="store_true",
+                        help="remove each message once the file holding it is on disk")
+    export.add_argument("--format", choices=archive.FORMATS, default="jsonl")
+    handle = actions.choices["handle"]
+    handle.add_argument("--rules", metavar="FILE", required=True, help="the rules table")
+    handle.add_argument("--once", action="store_true",
+                        help="one pass over the queue, then exit")
+    handle.add_argument("--metrics-listen", metavar="HOST:PORT",
+                        help="serve the handler's counters for Prometheus here (/metrics)")
+
+
+def queue_tools(settings: Settings) -> QueueTools:
+    if settings.broker == "rabbitmq":
+        from adapters.queues_rabbitmq import RabbitMQQueues
+
+        return RabbitMQQueues(bridge_amqp(settings), management=settings.upstream_management)
+    from adapters.queues_activemq import ActiveMQQueues
+
+    # A COMMIT of a batch can take seconds on a busy broker: not an outage (and either way a
+    # batch is all done or not at all).
+    return ActiveMQQueues(bridge_stomp(settings), receipt_timeout=60.0)
+
+
+def header_map(settings: Settings) -> HeaderMap:
+    return RABBITMQ if settings.broker == "rabbitmq" else ACTIVEMQ
+
+
+def _destination(text: str) -> str:
+    return text if text.startswith("/") else f"/queue/{text}"
+
+
+def _limit(ns: argparse.Namespace) -> int | None:
+    limit = getattr(ns, "limit", None)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit: expected a whole number of at least 1, got {limit}")
+    return limit
+
+
+def run(ns: argparse.Namespace, settings: Settings) -> int:
+    from adapters import speedups
+
+    speedups.install()
+    limit = _limit(ns)
+    queue = ns.queue if isinstance(ns.queue, str) and ns.queue else settings.undelivered_queue
+    picker = ops.Picker.of(getattr(ns, "selector", None), header_map(settings))
+    rules = None
+    metrics_at = None
+    if ns.action == "handle":
+        rules = _rules(ns.rules, settings)
+        if ns.metrics_listen:
+            metrics_at = parse_hostport(ns.metrics_listen, "--metrics-listen")
+        if not (isinstance(ns.queue, str) and ns.queue) and rules.control.inputq:
+            queue = rules.control.inputq
+    if ns.action == "purge" and picker.selector is None and not ns.all:
+        raise ConfigError("dlq purge without --selector removes every message: add --all")
+    tools = queue_tools(settings)
+    tools.connect()
+    try:
+        if ns.action == "list":
+            found = ops.candidates(tools, prefix=settings.staging_prefix, named=ns.queue or ())
+            print(ops.render_list(found, as_json=ns.json))
+            return 0
+        if tools.size(queue) is None:
+            print(f"jms-bridge: no queue {queue!r} on the broker", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        if ns.action == "count":
+            print(ops.count(tools, queue, picker))
+            return 0
+        if ns.action == "browse":
+            entries = list(ops.browse(tools, queue, picker, limit=limit))
+            print(ops.render_entries(entries, as_json=ns.json, body=ns.body))
+            return 0
+        if ns.action == "export":
+            return _export(tools, ns, queue, picker, limit)
+        if ns.action == "handle":
+            assert rules is not None
+            return _handle(tools, rules, queue, ns.once, metrics_at)
+        fmt = tools.format  # type: ignore[attr-defined]
+        to = _destination(ns.to) if getattr(ns, "to", None) else None
+        outcome = ops.change(tools, ns.action, queue, picker, fmt, limit=limit, to=to)
+        if ns.json:
+            print(json.dumps(outcome.as_dict(), indent=2))
+        else:
+            print(outcome.describe())
+        if outcome.error is not None:
+            print(f"jms-bridge: {outcome.error}", file=sys.stderr)
+            return EXIT_FAILURE
+        return 0
+    finally:
+        tools.close()
+
+
+def _rules(path: str, settings: Settings) -> Rules:
+    from bridge.deadletter.metadata import selector_headers
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--rules {path}: cannot read it: {exc}") from None
+    return parse_rules(text, source=path, header_map=selector_headers(header_map(settings)))
+
+
+def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool,
+            metrics_at: Endpoint | None) -> int:
+    from bridge.app.metrics import Metrics
+
+    metrics = Metrics()
+    if metrics_at is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(metrics_at.port, metrics_at.host, registry=metrics.registry)
+        except OSError as exc:
+            raise ConfigError(f"--metrics-listen {metrics_at}: {exc}") from None
+    handler = Handler(tools, rules, queue, tools.format,  # type: ignore[attr-defined]
+                      stats=metrics.deadletters)
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        totals = handler.run(once=once)
+    except KeyboardInterrupt:
+        print(f"stopped: {handler.totals.describe()}")
+        return 0
+    except (PutRefused, BrokerUnavailable) as exc:
+        print(handler.totals.describe())
+        print(f"jms-bridge: dlq handle {queue}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(totals.describe())
+    return 0
+
+
+def _export(tools: QueueTools, ns: argparse.Namespace, queue: str, picker: ops.Picker,
+            limit: int | None) -> int:
+    writer = archive.Writer(Path(ns.to), queue, ns.format)
+    broker = tools.name
+    if not ns.remove:
+        rows = []
+        for entry in ops.browse(tools, queue, picker, limit=limit):
+            rows.append(archive.row(queue, broker, entry.broker_id, entry.position,
+                                    entry.headers, entry.body,
+                                    now_ms=time.time_ns() // 1_000_000))
+            if len(rows) >= 100_000:
+                writer.write(rows)
+                rows = []
+        writer.write(rows)
+        print(f"exported {writer.rows} messages of {queue} to {len(writer.files)} file(s) "
+              f"in {ns.to}")
+        return 0
+
+    def to_disk(visits: Sequence[Visit]) -> None:
+        writer.write(archive.visit_rows(queue, broker, visits))
+
+    outcome = ops.change(tools, "purge", queue, picker, tools.format,  # type: ignore[attr-defined]
+                         limit=limit, batch=1000, before_commit=to_disk, label="export")
+    print(f"exported and removed {outcome.done} messages of {queue} to {len(writer.files)} "
+          f"file(s) in {ns.to}")
+    if outcome.error is not None:
+        print(f"jms-bridge: {outcome.error}", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
+
+
+__all__ = ["ACTIONS", "OWN_KEYS", "add_parser", "queue_tools", "run"]
