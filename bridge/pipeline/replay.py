@@ -159,11 +159,14 @@ def done_keys(target: Target) -> set[str]:
 def publish_partition(target: Target, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Put a partition's rows, a batch (and its ledger entry) per transaction; yields one
     count of replayed and failed (by reason) for the partition."""
+    from adapters import speedups
     from adapters.base import Message
     from adapters.queues import Put
     from bridge.deadletter.metadata import describe, replay_headers
     from policies.errors import BrokerUnavailable, PutRefused
 
+    _quiet_logs()
+    speedups.install()  # this worker process publishes in bulk, as the staging engine does
     tools = target.tools()
     fmt = tools.format
     ledger_dest = f"/queue/{target.ledger_queue}"
@@ -215,6 +218,16 @@ def publish_partition(target: Target, rows: Iterable[Any]) -> Iterator[dict[str,
     finally:
         tools.close()
     yield {"replayed": replayed, "reasons": dict(reasons)}
+
+
+def _quiet_logs() -> None:
+    """A Python worker logs the adapters' warnings and errors only (its own process: structlog
+    is not configured there)."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
 def run(
