@@ -104,3 +104,8 @@ class QueueTools(Protocol):
         after_commit: Callable[[Sequence[Visit]], None] | None = None,
     ) -> SweepReport:
         """Go through ``queue`` once as the module says."""
+
+    def put_all(self, puts: Sequence[Put], *, text: bool = False) -> None:
+        """Put every message in one broker transaction: all of them are on the broker when this
+        returns, and none when it raises (PutRefused naming the refusal, BrokerUnavailable).
+        ``text``: ActiveMQ text messages rather than bytes messages."""

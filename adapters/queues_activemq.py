@@ -235,6 +235,37 @@ class ActiveMQQueues(ActiveMQ):
             after_commit(acting)
         pending.clear()
 
+    def put_all(self, puts: Sequence[Put], *, text: bool = False) -> None:
+        for put in puts:
+            if not _valid_destination(put.destination):
+                raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
+                                 "not a destination ActiveMQ's STOMP can send to: none of them "
+                                 "was put", put.destination)
+        if not puts:
+            return
+        conn = self._live()
+        tx = f"jb-put-{next(self._ids)}"
+        errors = len(self._listener.errors)
+        barrier = self._receipt()
+        with self._translate(), _corked(conn):
+            conn.begin(tx)
+            for i, put in enumerate(puts):  # one receipt, on the last (see _commit)
+                extra = {"receipt": barrier} if i == len(puts) - 1 else {}
+                self._send(conn, put.destination, put.message, text=text, transaction=tx,
+                           **extra)
+        why = self._await_all([barrier], "put SEND").get(barrier)
+        if why is None and len(self._listener.errors) > errors:
+            why = self._listener.errors[-1]
+        if why is not None:
+            with self._translate():
+                conn.abort(tx)
+            where = ", ".join(sorted({p.destination for p in puts}))
+            raise PutRefused(0, activemq_reason(why), f"{why}: none of them was put", where)
+        done = self._receipt()
+        with self._translate():
+            conn.commit(tx, receipt=done)
+        self._await([done], "put COMMIT")
+
     @staticmethod
     def _target(queue: str, visit: Visit) -> tuple[str | None, Message]:
         action, message = visit.action, visit.found.message

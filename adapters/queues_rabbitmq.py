@@ -94,6 +94,8 @@ _Pending = tuple[int, Visit, tuple[pika.BasicProperties, bytes] | None]
 class RabbitMQQueues(RabbitMQ):
     """The staging adapter plus the dead-letter tools' port."""
 
+    _put_channel: BlockingChannel | None = None  # put_all's transactional channel
+
     # -- sizes ---------------------------------------------------------------------------------
 
     def queue_sizes(self) -> dict[str, int]:
@@ -306,6 +308,34 @@ class RabbitMQQueues(RabbitMQ):
         if after_commit is not None and acting:
             after_commit(acting)
         pending.clear()
+
+    def put_all(self, puts: Sequence[Put], *, text: bool = False) -> None:
+        prepared = [self._prepared(put) for put in puts]
+        ch = self._put_channel
+        if ch is None or not ch.is_open:
+            self._channel()
+            assert self._conn is not None
+            with self._translate():
+                ch = self._conn.channel()
+                ch.tx_select()
+            self._put_channel = ch
+        publish = _unflushed(ch).basic_publish
+        try:
+            for where, props, body in prepared:
+                publish(where.exchange, where.routing_key, body, props)
+            ch.tx_commit()  # RabbitMQ answers once the persistent messages are on disk
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            self._put_channel = None
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                with self._translate():
+                    raise
+            raise PutRefused(0, refusal_reason(exc.reply_code, exc.reply_text),
+                             f"({exc.reply_code}) {exc.reply_text}: none of them was put",
+                             "") from None
+        except (pika.exceptions.AMQPError, OSError):
+            self._put_channel = None
+            with self._translate():
+                raise
 
     def _prepared(self, put: Put) -> tuple[Any, pika.BasicProperties, bytes]:
         """Route and properties of a put, its target declared (a /queue/) or checked to exist

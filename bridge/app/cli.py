@@ -16,6 +16,7 @@ from bridge import __version__
 from bridge.app import dlq, logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
 from bridge.pipeline.options import add_arguments as add_report_arguments
+from bridge.pipeline.options import add_replay_arguments
 from policies.errors import BridgeError, ConfigError
 
 EXIT_USAGE = 2
@@ -121,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="per destination and hour, from the event journal: Parquet tables and an "
                        "HTML page of charts (PySpark)")
     add_report_arguments(report)
+    replay = commands.add_parser(
+        "replay", help="put the messages of a dead-letter archive that a selector matches back "
+                       "where they were going, once each (PySpark)")
+    _connection_flags(replay)
+    add_replay_arguments(replay)
     return parser
 
 
@@ -187,9 +193,19 @@ def _report(ns: argparse.Namespace) -> int:
     return main_with(ns)
 
 
+def _replay(ns: argparse.Namespace, settings: Settings) -> int:
+    try:
+        from bridge.pipeline.replay import main_with
+    except ImportError as exc:
+        print(f"jms-bridge: replay needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    return main_with(ns, settings)
+
+
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     skip = {"command", "config", "action", "target", "message_id", "json", "destination", "user",
-            "upto", *dlq.OWN_KEYS}
+            "upto", "archive", "rate", "ledger", "partitions", "out", "master", *dlq.OWN_KEYS}
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 
 
@@ -209,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _policy(ns, settings)
         if ns.command == "dlq":
             return dlq.run(ns, settings)
+        if ns.command == "replay":
+            return _replay(ns, settings)
         return _staged(ns, settings)
     except BridgeError as exc:
         print(f"jms-bridge: {exc}", file=sys.stderr)

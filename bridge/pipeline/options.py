@@ -32,3 +32,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until", metavar="T", type=parse_time, help="up to this time (excluded)")
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default: embedded local[*], or spark-submit's own)")
+
+
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--archive", metavar="PATH", required=True, action="append",
+                   help="a dead-letter archive (dlq export's folder or file; Parquet or JSON "
+                        "lines), any URI Spark reads (repeatable)")
+    p.add_argument("--selector", metavar="EXPR",
+                   help="a JMS selector; JMSDestination='Queue[A]' is the original destination")
+    p.add_argument("--to", metavar="DEST",
+                   help="put them here instead of their original destinations")
+    p.add_argument("--rate", metavar="N", type=float, default=None,
+                   help="at most N messages a second overall")
+    p.add_argument("--ledger", metavar="NAME",
+                   help="the ledger's name (default: a digest of --archive, --selector, --to)")
+    p.add_argument("--partitions", metavar="N", type=int, default=None,
+                   help="how many partitions publish at once (default: Spark's parallelism)")
+    p.add_argument("--batch", metavar="N", type=int, default=500,
+                   help="messages per broker transaction (default 500)")
+    p.add_argument("--out", metavar="DIR", help="also write summary.json here")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default: embedded local[*], or spark-submit's own)")

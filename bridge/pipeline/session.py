@@ -3,6 +3,9 @@ under ``spark-submit``, which sets its own."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
@@ -28,6 +31,11 @@ def session(master: str | None = None, app: str = "jms-bridge", **conf: str) -> 
         builder = builder.master(master or "local[*]")
         for key, value in EMBEDDED.items():
             builder = builder.config(key, value)
+        if (master or "local").startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+            # embedded: the Python workers (replay's publishers) run this interpreter, with
+            # this installation's packages, not whatever python3 is first on the PATH (PySpark
+            # reads the variable when it makes the SparkContext)
+            os.environ["PYSPARK_PYTHON"] = sys.executable
     for key, value in {**REQUIRED, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
