@@ -200,7 +200,11 @@ def _replay(ns: argparse.Namespace, settings: Settings) -> int:
         print(f"jms-bridge: replay needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
               file=sys.stderr)
         return EXIT_FAILURE
-    return main_with(ns, settings)
+    from bridge.app.config import bridge_amqp, bridge_stomp
+
+    if settings.broker == "rabbitmq":
+        return main_with(ns, "rabbitmq", bridge_amqp(settings), settings.upstream_management)
+    return main_with(ns, "activemq", bridge_stomp(settings), None)
 
 
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:

@@ -278,9 +278,9 @@ def render(summary: Summary) -> str:
     return "\n".join(lines)
 
 
-def main_with(ns: argparse.Namespace, settings: Any) -> int:
-    """``jms-bridge replay``: 0 when every matching message is replayed (now or before)."""
-    from bridge.app.config import bridge_amqp, bridge_stomp
+def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: Any) -> int:
+    """``jms-bridge replay``: 0 when every matching message is replayed (now or before).
+    ``endpoint``: the broker connection the bridge's own tools use (the CLI resolves it)."""
     from policies.errors import BridgeError, ConfigError
     from policies.selector import parse
 
@@ -289,14 +289,11 @@ def main_with(ns: argparse.Namespace, settings: Any) -> int:
     for path in ns.archive:
         if "://" not in path and not Path(path).exists():
             raise ConfigError(f"--archive {path}: no such file or folder")
-    rabbit = settings.broker == "rabbitmq"
     ledger = LEDGER_PREFIX + (ns.ledger or ledger_name(ns.archive, ns.selector, ns.to))
-    target = Target(settings.broker, bridge_amqp(settings) if rabbit else bridge_stomp(settings),
-                    settings.upstream_management if rabbit else None, ns.to, ledger, ns.rate,
-                    ns.batch)
+    target = Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
     spark = session(ns.master, "jms-bridge replay")
     try:
-        summary = run(spark, ns.archive, ns.selector, target, broker=settings.broker,
+        summary = run(spark, ns.archive, ns.selector, target, broker=broker,
                       partitions=ns.partitions)
     except Exception as exc:  # Spark's own (Py4J, analysis): one line, not its traceback
         if isinstance(exc, BridgeError):
