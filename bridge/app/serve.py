@@ -18,7 +18,6 @@ from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics
 from bridge.frontends.amqp.server import AmqpRelay
-from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
@@ -139,10 +138,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
     amqp: AmqpRelay | None = None
     if settings.amqp_listen is not None:
-        # The same interceptors, on the same views: the consumer side is STOMP's only for now.
+        # The same interceptors, on the same views, for publishes and consumers alike.
         upstream_amqp = bridge_amqp(settings)
-        amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port,
-                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp())
+        amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port, chain=chain,
+                         stats=metrics.count_amqp())
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 

@@ -20,9 +20,13 @@ import structlog
 
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
+from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
-from bridge.frontends.amqp.framer import MAX_BODY_SIZE
+from bridge.frontends.amqp.framer import MAX_BODY_SIZE, Frame
+from bridge.frontends.amqp.settling import ConsumerSide
+from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.stats import RelayStats
+from bridge.intercept.chain import Chain
 from policies.errors import Refused
 
 # The interception layer's hook: called with each whole client Basic.Publish and its
@@ -38,6 +42,15 @@ READ_SIZE = 256 * 1024
 _ids = itertools.count(1)
 
 
+class _GiveUp(Exception):
+    """The link cannot go on: close both sides."""
+
+
+def _consumer_side(chain: Chain) -> bool:
+    interest = chain.interest
+    return interest.deliveries or interest.settlements or interest.subscribes
+
+
 class AmqpRelay:
     """Accepts AMQP clients and relays each to its own upstream connection."""
 
@@ -47,12 +60,18 @@ class AmqpRelay:
         upstream_port: int,
         *,
         hook: PublishHook | None = None,
+        chain: Chain | None = None,
         max_body_size: int = MAX_BODY_SIZE,
         connect_timeout: float = 10.0,
         stats: RelayStats | None = None,
     ) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.stats = stats or RelayStats()
+        # With a chain: its publishes screened (unless a hook is given), and its consumer
+        # side (deliveries stamped, failures replaced, consumes guarded) when it asks for it.
+        if chain is not None and hook is None and chain.interest.sends:
+            hook = PublishScreen(chain)
+        self.chain = chain if chain is not None and _consumer_side(chain) else None
         self.hook = hook
         self.max_body_size = max_body_size
         self.connect_timeout = connect_timeout
@@ -100,23 +119,32 @@ class _Link:
         self, relay: AmqpRelay, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.relay = relay
-        self.conn = ProxyConnection(max_body_size=relay.max_body_size)
+        chain = relay.chain
+        self.conn = ProxyConnection(max_body_size=relay.max_body_size,
+                                    assemble_broker=chain is not None,
+                                    reserve_channel=chain is not None)
         self.client_r, self.client_w = reader, writer
         self.up_r: asyncio.StreamReader | None = None
         self.up_w: asyncio.StreamWriter | None = None
         peer = writer.get_extra_info("peername")
         self.log = relay.log.bind(conn=next(_ids), peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
+                     if chain is not None else None)
+        self.client_gone = False
 
     async def run(self) -> None:
         host, port = self.relay.upstream
         try:
-            self.up_r, self.up_w = await asyncio.wait_for(
+            self.up_r, up_w = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=READ_SIZE), self.relay.connect_timeout
             )
         except (OSError, TimeoutError) as exc:
             self.log.warning("upstream unreachable", upstream=f"{host}:{port}", error=str(exc))
             self.client_w.close()
             return
+        self.up_w = up_w
+        if self.side is not None:
+            self.side.attach(up_w.write)
         up = asyncio.create_task(self._client_to_broker())
         down = asyncio.create_task(self._broker_to_client())
         try:
@@ -133,8 +161,14 @@ class _Link:
         assert self.up_w is not None
         read = self.client_r.read
         while True:
-            data = await read(READ_SIZE)
+            try:
+                data = await read(READ_SIZE)
+            except OSError:
+                data = b""
             if not data:
+                self.client_gone = True
+                if self.side is not None:  # its unsettled deliveries are failures
+                    await self._settle_lost()
                 return  # client gone: the link closes both sides
             try:
                 events = self.conn.client_data(data)
@@ -145,14 +179,31 @@ class _Link:
                 self.client_w.write(exc.reply())
                 await self.client_w.drain()
                 return
-            await self._carry(events)
+            try:
+                await self._carry(events)
+            except _GiveUp:
+                return
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""
         assert self.up_w is not None
         up: list[bytes] = []
         back: list[bytes] = []
+        side = self.side
         for event in events:
+            if side is not None and type(event) is Frame:
+                found = side.client_frame(event)
+                if found is DROP:
+                    continue
+                if isinstance(found, Failure):
+                    self._flush(up, back)
+                    up, back = [], []
+                    await self._settle(found)
+                    continue
+                if found is not None:  # a refusal's Channel.Close both ways
+                    for made in found:  # type: ignore[union-attr]
+                        (back if type(made) is Answer else up).append(made.raw)
+                    continue
             if type(event) is Message:
                 out = await self._offer(event)
                 if isinstance(out, bytes):
@@ -164,11 +215,38 @@ class _Link:
                 back.append(event.raw)
             else:
                 up.append(event.raw)
+        self._flush(up, back)
+        await self.up_w.drain()
+
+    def _flush(self, up: list[bytes], back: list[bytes]) -> None:
+        assert self.up_w is not None
         if back:
             self.client_w.write(b"".join(back))
         if up:
             self.up_w.write(b"".join(up))
-            await self.up_w.drain()
+
+    async def _settle(self, failure: Failure) -> None:
+        """A consumer's failure: the chain's replacement, carried out before anything else the
+        client sent goes up. A broker that does not confirm the copies in time ends the link
+        (the broker then has every unsettled delivery back)."""
+        assert self.side is not None
+        try:
+            await self.side.settle(failure)
+        except TimeoutError:
+            self.log.error("copies not confirmed in time: closing the upstream connection, "
+                           "which gives the broker its deliveries back")
+            raise _GiveUp from None
+
+    async def _settle_lost(self) -> None:
+        assert self.side is not None
+        try:
+            await self.side.client_lost()
+        except TimeoutError:
+            self.log.error("copies of a lost client's deliveries not confirmed in time")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the upstream closes: the broker has them
+            self.log.error("settling a lost client's deliveries failed", error=repr(exc))
 
     async def _offer(self, message: Message) -> bytes | list[Event]:
         """The hook's answer for one publish: bytes to send up, or the refusal's events."""
@@ -191,20 +269,33 @@ class _Link:
         while True:
             data = await read(READ_SIZE)
             if not data:
-                await self.client_w.drain()
+                if self.side is not None:
+                    self.side.broker_lost("the broker closed the connection")
+                if not self.client_gone:
+                    await self.client_w.drain()
                 return  # broker closed: the client's connection goes too
             down: list[bytes] = []
             back: list[bytes] = []
+            side = self.side
             for event in self.conn.broker_data(data):
                 if type(event) is Answer:
                     back.append(event.raw)
-                elif type(event) is not Forward:
+                elif type(event) is Forward:
+                    continue
+                elif side is not None:
+                    out = side.broker_event(event)
+                    if out is not None:
+                        down.append(out)
+                else:
                     down.append(event.raw)
             if back:
                 self.up_w.write(b"".join(back))
-            if down:
+            if down and not self.client_gone:
                 self.client_w.write(b"".join(down))
-                await self.client_w.drain()
+                try:
+                    await self.client_w.drain()
+                except OSError:
+                    self.client_gone = True
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -123,3 +123,17 @@ def check_properties(payload: bytes) -> None:
     for name in props.__slots__:
         if flags & props.flags[name]:
             pos = walk.value(pos, getattr(props, "_" + name))
+
+
+def table_entries(table: bytes) -> list[tuple[bytes, int, int]]:
+    """(key, start, stop) of each top-level entry of a field table's contents (the bytes after
+    its length), bounds-checked as above; ValueError for a table that is not well formed."""
+    walk = _Walk(table)
+    out: list[tuple[bytes, int, int]] = []
+    pos, end = 0, len(table)
+    while pos < end:
+        start = pos
+        key_end = walk.need(pos + 1, table[pos], "table key")
+        pos = walk.field(key_end, end, 0)
+        out.append((table[start + 1:key_end], start, pos))
+    return out

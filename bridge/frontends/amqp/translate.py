@@ -18,6 +18,7 @@ from typing import Any
 import pika
 from pamqp import commands
 
+from adapters import amqp_types
 from adapters.rabbitmq import amqp_properties, route, stomp_headers
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import publish_frames
@@ -91,7 +92,11 @@ class PublishScreen:
             m in destination for m in self.mentions
         ):
             return None
-        headers = {"destination": destination, **headers_of(message.properties)}
+        props = message.properties
+        headers = {"destination": destination, **headers_of(props)}
+        types = amqp_types.encode(props.headers, props.delivery_mode, drop=self.names)
+        if types is not None:  # the staged copy keeps the table's types for the release
+            headers[amqp_types.TYPES_HEADER] = types
         view = Send(destination, headers, message.body_size,
                     Principal(conn.login, conn.passcode, conn.vhost))
         decision = self.chain.on_send(view)
