@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pamqp import commands
+from pamqp import frame as pframe
 
 from bridge.frontends.amqp.assembler import DELIVER, GET_OK, Message
 from bridge.frontends.amqp.deliveries import delivery_view
@@ -90,6 +91,12 @@ class Failure:
     # own, and those to roll back first (the client's uncommitted work must not be committed).
     commit: set[int] = field(default_factory=set)
     rollback: set[int] = field(default_factory=set)
+    # Consumers to cancel first (channel, consumer tag): a lost client's consumers, so that the
+    # copies are not handed to them again on the way out.
+    cancel: list[tuple[int, str]] = field(default_factory=list)
+    # What the client gets when the failure is replaced (a Basic.Recover's Recover-Ok: the
+    # Recover itself never goes up, it would take back the copies just delivered).
+    answer: bytes = b""
 
 
 class _Channel:
@@ -162,8 +169,9 @@ class Consumers:
                 chan.unacked.clear()  # the broker hands them all out again
                 return None
             deliveries = tuple(d for d, _ in chan.unacked.values())
+            answer = (pframe.marshal(_B.RecoverOk(), channel) if index == RECOVER else b"")
             return Failure(Settle(Settlement.NACK, deliveries, None, principal), relay=raw,
-                           then=raw)
+                           answer=answer)
         if index == CONSUME:
             method: Any = frame.method
             queue = self.queue_of(channel, method)
@@ -235,18 +243,20 @@ class Consumers:
     def _lost(self, channels: list[int], principal: Principal, raw: bytes) -> Failure | None:
         deliveries: list[Delivery] = []
         commit: set[int] = set()
+        cancel: list[tuple[int, str]] = []
         for channel in channels:
             chan = self._channels.get(channel)
             if chan is None or not chan.unacked:
                 continue
             deliveries += [d for d, _ in chan.unacked.values()]
+            cancel += [(channel, tag) for tag in chan.consumers]
             chan.tx_done, chan.tx_failed, chan.tx_held = [], [], []
             if chan.tx:
                 commit.add(channel)
         if not deliveries:
             return None
         return Failure(Settle(Settlement.LOST, tuple(deliveries), None, principal), relay=raw,
-                       then=raw, commit=commit, rollback=set(commit))
+                       then=raw, commit=commit, rollback=set(commit), cancel=cancel)
 
     def lost(self, principal: Principal) -> Failure | None:
         """The client went away without closing: everything unsettled is lost."""

@@ -110,16 +110,16 @@ class CopyChannel:
         try:
             where = route(destination)
             props = properties_of({n: v for n, v in headers.items() if n != "destination"})
-        except ValueError as exc:
+            method = _B.Publish(exchange=where.exchange, routing_key=where.routing_key,
+                                mandatory=where.queue)
+            frames = publish_frames(self.number, method, props, body, self._frame_max())
+        except (ValueError, TypeError) as exc:  # a destination or a property it cannot be
             raise CopyFailed(f"{destination}: {exc}") from None
         await self._ensure_open()
         if where.declare and where.routing_key not in self._declared:
             await self._declare(where.routing_key)
         self._returned = None
-        method = _B.Publish(exchange=where.exchange, routing_key=where.routing_key,
-                            mandatory=where.queue)
-        reply = await self._call(publish_frames(self.number, method, props, body,
-                                                self._frame_max()))
+        reply = await self._call(frames)
         if reply.method_index == _NACK:
             raise CopyFailed(f"{destination}: the broker nacked the copy")
         if self._returned is not None:

@@ -148,7 +148,10 @@ class _Link:
         up = asyncio.create_task(self._client_to_broker())
         down = asyncio.create_task(self._broker_to_client())
         try:
-            await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    self.log.error("link failed", error=repr(task.exception()))
         finally:
             for task in (up, down):
                 task.cancel()
@@ -231,11 +234,13 @@ class _Link:
         (the broker then has every unsettled delivery back)."""
         assert self.side is not None
         try:
-            await self.side.settle(failure)
+            answer = await self.side.settle(failure)
         except TimeoutError:
             self.log.error("copies not confirmed in time: closing the upstream connection, "
                            "which gives the broker its deliveries back")
             raise _GiveUp from None
+        if answer:
+            self.client_w.write(answer)
 
     async def _settle_lost(self) -> None:
         assert self.side is not None

@@ -117,22 +117,26 @@ class ConsumerSide:
                                 class_id=frame.method_index >> 16,
                                 method_id=frame.method_index & 0xFFFF)
 
-    async def settle(self, failure: Failure) -> None:
+    async def settle(self, failure: Failure) -> bytes:
         """Offer a failure to the chain and carry out its decision (awaited: the client's
-        later frames wait). TimeoutError when the broker did not confirm in time."""
+        later frames wait); returns what goes to the client then. TimeoutError when the
+        broker did not confirm in time."""
         decision = self.chain.on_settle(failure.settle)
         if not isinstance(decision, Replace):
             self.consumers.not_replaced(failure)
             self._send(failure.relay)
             self._client_tx(failure.relay)
-            return
+            return b""
         await asyncio.wait_for(self._replace(failure, decision), REPLACE_TIMEOUT)
+        return failure.answer
 
     async def _replace(self, failure: Failure, decision: Replace) -> None:
         write = self._send
         if failure.before:
             write(failure.before)
             self._client_tx(failure.before)
+        for channel, tag in failure.cancel:
+            write(_method(channel, commands.Basic.Cancel(consumer_tag=tag, nowait=True)))
         for channel in sorted(failure.rollback):  # the client's uncommitted work is undone
             write(_method(channel, commands.Tx.Rollback()))
             self.consumers.tx_sent(channel, own=True)
