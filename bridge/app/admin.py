@@ -23,6 +23,7 @@ from bridge.app import logs
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
+from bridge.frontends.amqp.builders import PROTOCOL_HEADER
 from bridge.staging import tools
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
@@ -51,6 +52,27 @@ async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
     return None
 
 
+async def probe_amqp(target: Endpoint, timeout: float = 2.0) -> str | None:
+    """None when ``target`` answers AMQP 0-9-1's protocol header with a Connection.Start
+    (a method frame), else why not."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(target.host, target.port), timeout
+        )
+    except (TimeoutError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+    try:
+        writer.write(PROTOCOL_HEADER)
+        first = await asyncio.wait_for(reader.read(1), timeout)
+    except (TimeoutError, OSError) as exc:
+        return f"no answer to the AMQP protocol header: {exc or type(exc).__name__}"
+    finally:
+        writer.close()
+    if first != b"\x01":
+        return f"answered the AMQP protocol header with {first!r}, not Connection.Start"
+    return None
+
+
 def _unauthorized(why: str, challenge: str) -> web.Response:
     return web.json_response({"error": why}, status=401,
                              headers={"WWW-Authenticate": challenge})
@@ -68,8 +90,10 @@ class Admin:
         staging_stats: StagingStats | None = None,
         redelivery: PolicyTable | None = None,
         tokens: TokenFile | None = None,
+        upstream_amqp: Endpoint | None = None,
     ) -> None:
         self.metrics = metrics
+        self.upstream_amqp = upstream_amqp  # checked by /readyz when the AMQP listener is on
         self.broker = broker
         self.upstream = upstream
         self.staging = staging
@@ -136,6 +160,11 @@ class Admin:
     async def readyz(self, request: web.Request) -> web.Response:
         problem = await probe(self.upstream)
         body = {"broker": self.broker, "upstream": str(self.upstream)}
+        if self.upstream_amqp is not None:
+            body["upstream_amqp"] = str(self.upstream_amqp)
+            amqp_problem = await probe_amqp(self.upstream_amqp)
+            if amqp_problem is not None:
+                problem = "; ".join(p for p in (problem, f"AMQP: {amqp_problem}") if p)
         if problem is None:
             return web.json_response({"status": "ready", **body})
         return web.json_response({"status": "not ready", "problem": problem, **body}, status=503)

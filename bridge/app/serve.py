@@ -133,6 +133,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         staging_stats=staging,
         redelivery=settings.redelivery,
         tokens=tokens,
+        upstream_amqp=bridge_amqp(settings) if settings.amqp_listen is not None else None,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))

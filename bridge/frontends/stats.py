@@ -23,3 +23,15 @@ class RelayStats:
         # undelivered, deleted; and those that left their queue, by reason.
         self.redeliveries: Tally[str] = Tally()
         self.dead_letters: Tally[str] = Tally()
+
+
+class AmqpStats(RelayStats):
+    """The AMQP front-end's counters: method frames by method index (named when exported),
+    channels, and the rest as the STOMP relay's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.methods_up: Tally[int] = Tally()  # method index -> n, client to broker
+        self.methods_down: Tally[int] = Tally()
+        self.channels_open = 0
+        self.channels_total = 0

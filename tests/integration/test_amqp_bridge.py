@@ -166,3 +166,44 @@ def test_publishes_in_a_rolled_back_transaction_are_not_staged(
     got = _get(channel, amqp_queue, 10)
     assert got is not None and got[1] == b"tx2"
     conn.close()
+
+
+def test_metrics_count_amqp_connections_channels_methods_bytes_and_refusals(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    before = {
+        "connections": amqp_bridge.metric("jms_bridge_amqp_connections_total"),
+        "channels": amqp_bridge.metric("jms_bridge_amqp_channels_total"),
+        "publishes": amqp_bridge.metric("jms_bridge_amqp_methods_relayed_total",
+                                        method="Basic.Publish", direction="upstream"),
+        "bytes": amqp_bridge.metric("jms_bridge_amqp_bytes_relayed_total",
+                                    direction="upstream"),
+        "refused": amqp_bridge.metric("jms_bridge_amqp_sends_refused_total",
+                                      reason="MQRC_OPTIONS_ERROR"),
+    }
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for _ in range(3):
+        channel.basic_publish("", amqp_queue, b"counted")
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_open") >= 1
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+        channel.basic_publish("", amqp_queue, b"no",
+                              pika.BasicProperties(headers={"x-delay": "soon"}))
+    conn.close()
+    assert amqp_bridge.metric("jms_bridge_amqp_connections_total") == before["connections"] + 1
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_total") == before["channels"] + 1
+    assert amqp_bridge.metric("jms_bridge_amqp_methods_relayed_total", method="Basic.Publish",
+                              direction="upstream") == before["publishes"] + 4  # + refused
+    assert amqp_bridge.metric("jms_bridge_amqp_methods_relayed_total", method="Basic.Ack",
+                              direction="downstream") >= 3
+    assert amqp_bridge.metric("jms_bridge_amqp_bytes_relayed_total",
+                              direction="upstream") > before["bytes"] + 3 * len(b"counted")
+    assert amqp_bridge.metric("jms_bridge_amqp_sends_refused_total",
+                              reason="MQRC_OPTIONS_ERROR") == before["refused"] + 1
+
+
+def test_readyz_checks_the_amqp_upstream_too(amqp_bridge: BridgeProcess) -> None:
+    status, body = amqp_bridge.http("/readyz")
+    assert status == 200, body
+    assert ":5672" in json.loads(body)["upstream_amqp"], body

@@ -14,18 +14,20 @@ import argparse
 import asyncio
 import inspect
 import itertools
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable
 
 import structlog
+from pamqp import commands
 
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
 from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
-from bridge.frontends.amqp.framer import MAX_BODY_SIZE, Frame
+from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY_SIZE, Frame
 from bridge.frontends.amqp.settling import ConsumerSide
 from bridge.frontends.amqp.translate import PublishScreen
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.stats import AmqpStats
 from bridge.intercept.chain import Chain
 from policies.errors import Refused
 
@@ -40,6 +42,10 @@ PublishHook = Callable[
 
 READ_SIZE = 256 * 1024
 _ids = itertools.count(1)
+
+
+CHANNEL_OPEN_OK = commands.Channel.OpenOk.index
+CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
 
 
 class _GiveUp(Exception):
@@ -63,10 +69,10 @@ class AmqpRelay:
         chain: Chain | None = None,
         max_body_size: int = MAX_BODY_SIZE,
         connect_timeout: float = 10.0,
-        stats: RelayStats | None = None,
+        stats: AmqpStats | None = None,
     ) -> None:
         self.upstream = (upstream_host, upstream_port)
-        self.stats = stats or RelayStats()
+        self.stats = stats or AmqpStats()
         # With a chain: its publishes screened (unless a hook is given), and its consumer
         # side (deliveries stamped, failures replaced, consumes guarded) when it asks for it.
         if chain is not None and hook is None and chain.interest.sends:
@@ -131,6 +137,7 @@ class _Link:
         self.side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
                      if chain is not None else None)
         self.client_gone = False
+        self.channels = 0  # open (Channel.Open-Ok seen, Close-Ok not yet)
 
     async def run(self) -> None:
         host, port = self.relay.upstream
@@ -156,6 +163,8 @@ class _Link:
             for task in (up, down):
                 task.cancel()
             await asyncio.gather(up, down, return_exceptions=True)
+            self.relay.stats.channels_open -= self.channels
+            self.channels = 0
             self.client_w.close()
             if self.up_w is not None:
                 self.up_w.close()
@@ -163,6 +172,7 @@ class _Link:
     async def _client_to_broker(self) -> None:
         assert self.up_w is not None
         read = self.client_r.read
+        stats = self.relay.stats
         while True:
             try:
                 data = await read(READ_SIZE)
@@ -173,19 +183,45 @@ class _Link:
                 if self.side is not None:  # its unsettled deliveries are failures
                     await self._settle_lost()
                 return  # client gone: the link closes both sides
+            stats.bytes["upstream"] += len(data)
             try:
                 events = self.conn.client_data(data)
             except AmqpProtocolError as exc:
                 self.relay.protocol_errors += 1
+                stats.protocol_errors[exc.kind] += 1
+                self._count(exc.events, stats.methods_up)
                 self.log.info("client protocol error", code=exc.reply_code, text=exc.reply_text)
                 await self._carry(exc.events)
                 self.client_w.write(exc.reply())
                 await self.client_w.drain()
                 return
+            self._count(events, stats.methods_up)
             try:
                 await self._carry(events)
             except _GiveUp:
                 return
+
+    def _count(self, events: list[Event], tally: Tally[int]) -> None:
+        """Method frames by method, heartbeats, and the channels a client opens and closes."""
+        stats = self.relay.stats
+        for event in events:
+            kind = type(event)
+            if kind is Frame:
+                if event.type == FRAME_METHOD:  # type: ignore[union-attr]
+                    index = event.method_index  # type: ignore[union-attr]
+                    tally[index] += 1
+                    if index == CHANNEL_OPEN_OK:
+                        stats.channels_open += 1
+                        stats.channels_total += 1
+                        self.channels += 1
+                    elif index == CHANNEL_CLOSE_OK and self.channels:
+                        stats.channels_open -= 1
+                        self.channels -= 1
+                elif event.type == FRAME_HEARTBEAT:  # type: ignore[union-attr]
+                    stats.heartbeats["upstream" if tally is stats.methods_up
+                                     else "downstream"] += 1
+            elif kind is Message:
+                tally[event.method_frame.method_index] += 1  # type: ignore[union-attr]
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""
@@ -271,6 +307,7 @@ class _Link:
     async def _broker_to_client(self) -> None:
         assert self.up_r is not None and self.up_w is not None
         read = self.up_r.read
+        stats = self.relay.stats
         while True:
             data = await read(READ_SIZE)
             if not data:
@@ -282,7 +319,10 @@ class _Link:
             down: list[bytes] = []
             back: list[bytes] = []
             side = self.side
-            for event in self.conn.broker_data(data):
+            stats.bytes["downstream"] += len(data)
+            events = self.conn.broker_data(data)
+            self._count(events, stats.methods_down)
+            for event in events:
                 if type(event) is Answer:
                     back.append(event.raw)
                 elif type(event) is Forward:

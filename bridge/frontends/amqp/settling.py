@@ -135,8 +135,8 @@ class ConsumerSide:
         if failure.before:
             write(failure.before)
             self._client_tx(failure.before)
-        for channel, tag in failure.cancel:
-            write(_method(channel, commands.Basic.Cancel(consumer_tag=tag, nowait=True)))
+        for on, consumer in failure.cancel:
+            write(_method(on, commands.Basic.Cancel(consumer_tag=consumer, nowait=True)))
         for channel in sorted(failure.rollback):  # the client's uncommitted work is undone
             write(_method(channel, commands.Tx.Rollback()))
             self.consumers.tx_sent(channel, own=True)
