@@ -14,23 +14,9 @@ import pika.exceptions
 import pytest
 
 from bridge.staging import envelope
-from tests.integration.bridgeproc import BridgeProcess, free_port
-from tests.integration.brokers import BROKERS, require
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import BROKERS
 from tests.integration.clients import connect
-
-
-@pytest.fixture(scope="module")
-def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
-    broker = BROKERS["rabbitmq"]
-    require(broker)
-    port = free_port()
-    proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
-                         tmp_path_factory.mktemp("amqp") / "bridge.log",
-                         extra=["--amqp-listen", f"127.0.0.1:{port}"])
-    proc.amqp_port = port  # type: ignore[attr-defined]
-    proc.start()
-    yield proc
-    assert proc.stop() == 0, proc.log()
 
 
 def _connect(bridge: BridgeProcess, password: str = "guest") -> pika.BlockingConnection:
