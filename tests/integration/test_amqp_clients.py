@@ -87,7 +87,7 @@ class _PikaAsync:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             got: asyncio.Future[Any] = self.loop.create_future()
-            ch.basic_get(queue, lambda _ch, m, p, b: got.set_result((m, p, b)))
+            ch.basic_get(queue, lambda _ch, m, p, b, got=got: got.set_result((m, p, b)))
             empty = self.loop.create_task(asyncio.sleep(0.05))
             await asyncio.wait({got, empty}, return_when=asyncio.FIRST_COMPLETED)
             if got.done():
@@ -193,7 +193,8 @@ async def _aio_pika(port: int, queue: str) -> dict[str, Any]:
         refused = await conn.channel(publisher_confirms=True)
         try:
             await refused.default_exchange.publish(
-                aio_pika.Message(b"no", headers={"x-delay": "-5"}), queue)  # pamqp 3.3 cannot write a negative int
+                # a string: pamqp 3.3, under aio-pika, cannot write -5 in a table
+                aio_pika.Message(b"no", headers={"x-delay": "-5"}), queue)
             out["refused"] = "published"
         except aio_pika.exceptions.ChannelPreconditionFailed as exc:
             code, text = exc.args[0], exc.args[1] if len(exc.args) > 1 else ""

@@ -216,3 +216,15 @@ def test_only_tables_a_stomp_view_would_change_carry_their_types() -> None:
     assert amqp_types.encode({"a": "b"}, 2) is None
     assert amqp_types.encode(None, None) is None
     assert amqp_types.decode("not base64!") is None
+
+
+def test_content_frames_write_negative_integers_and_doubles_that_pamqp_reads_back() -> None:
+    from bridge.frontends.amqp.builders import content_frames
+
+    table = {"neg": -3, "min": -(2**31), "big": -(2**40), "f": 0.1, "d": decimal.Decimal("1.25"),
+             "nested": {"l": [-1, "x", None]}, "b": False, "x": b"\x00"}
+    props = commands.Basic.Properties(content_type="text/plain", headers=table, priority=1)
+    raw = content_frames(3, props, b"", 4096)
+    got = decode_header(raw)
+    assert got.headers == {**table, "x": bytearray(b"\x00")}
+    assert got.content_type == "text/plain" and got.priority == 1

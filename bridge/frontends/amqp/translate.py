@@ -95,8 +95,20 @@ class PublishScreen:
         interest = chain.interest
         self.names = interest.send_headers
         self.mentions = interest.send_mentions
+        # A header-table key as it is on the wire (its length octet, then its name), and a
+        # mention as it can be in an exchange or routing key: searched in the frames' bytes,
+        # so a publish nobody asked to see is never decoded.
+        self._keys = tuple(bytes((len(n.encode()),)) + n.encode() for n in sorted(self.names)
+                           if len(n.encode()) < 256)
+        self._mentioned = tuple(m.encode() for m in self.mentions)
 
     async def __call__(self, message: Message, conn: ProxyConnection) -> bytes | None:
+        header = message.header_frame.raw
+        routing = message.method_frame.raw
+        if not any(k in header for k in self._keys) and not any(
+            m in routing for m in self._mentioned
+        ):
+            return None
         publish = message.method
         assert isinstance(publish, commands.Basic.Publish)
         destination = destination_of(publish.exchange, publish.routing_key)
