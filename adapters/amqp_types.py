@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pika
-from pika import data as pdata
+from pika import data as pdata  # type: ignore[attr-defined]
 from pika import exceptions as pexceptions
 
 TYPES_HEADER = "x-jms-bridge-amqp-types"
@@ -101,9 +101,10 @@ def overlay(props: pika.BasicProperties, headers: Mapping[str, str],
             removed: frozenset[str] = frozenset()) -> None:
     """Lay the types carried in ``props.headers[TYPES_HEADER]`` back over ``props`` (built from
     the STOMP ``headers``), and drop the marker unless this is a staged copy."""
-    table = props.headers
-    if not table or TYPES_HEADER not in table:
+    found_table = props.headers
+    if not found_table or TYPES_HEADER not in found_table:
         return
+    table: dict[str, Any] = dict(found_table)
     text = table[TYPES_HEADER]
     if STAGED_MARK not in headers:
         del table[TYPES_HEADER]

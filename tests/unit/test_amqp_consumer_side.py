@@ -17,7 +17,7 @@ from adapters import amqp_types
 from adapters.rabbitmq import amqp_properties, stomp_headers
 from bridge.frontends.amqp import Frame, Message, ProxyConnection
 from bridge.frontends.amqp.consumers import DROP, Consumers, Failure
-from bridge.frontends.amqp.deliveries import delivery_view, stamped_header
+from bridge.frontends.amqp.deliveries import delivery_fields, delivery_view, stamped_header
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import Framer
 from bridge.intercept.views import Principal, Settlement
@@ -79,7 +79,9 @@ def _deliver(channel: int, tag: int, consumer: str = "ctag", redelivered: bool =
 def test_a_delivery_view_reads_counts_lazily_and_everything_on_demand() -> None:
     props = commands.Basic.Properties(
         content_type="text/plain", headers={"jms-bridge-delivery-count": "2", "n": 5})
-    view = delivery_view(_deliver(1, 9, redelivered=True, props=props), 1, "orders")
+    message = _deliver(1, 9, redelivered=True, props=props)
+    assert delivery_fields(message) == (9, True)
+    view = delivery_view(message, 1, "orders", *delivery_fields(message))
     assert view.ack_id == "1/9" and view.destination == "/amq/queue/orders"
     assert view.headers.get("x-delivery-count") is None
     assert view.headers["redelivered"] == "true"

@@ -31,7 +31,7 @@ from typing import Any, Final
 from pamqp import commands
 from pamqp import frame as pframe
 
-from bridge.frontends.amqp.assembler import DELIVER, GET_OK, Message
+from bridge.frontends.amqp.assembler import DELIVER, Message
 from bridge.frontends.amqp.deliveries import delivery_view
 from bridge.frontends.amqp.framer import Frame
 from bridge.intercept.views import Delivery, Principal, Settle, Settlement
@@ -68,6 +68,7 @@ BROKER_METHODS: Final = frozenset({
     CHANNEL_CLOSE, CHANNEL_CLOSE_OK,
 })
 _LONGLONG = struct.Struct(">Q")
+_DELIVER_BYTES = DELIVER.to_bytes(4, "big")
 
 
 class Drop:
@@ -294,17 +295,22 @@ class Consumers:
         """The view of a Basic.Deliver or Basic.GetOk, remembered when it must be settled (one
         the tracker cannot place, with no Consume or Get seen for it, is not)."""
         channel = message.channel
-        chan = self._chan(channel)
+        chan = self._channels.get(channel) or self._chan(channel)
         found: tuple[str, bool] | None = None
-        if message.method_frame.method_index == DELIVER:
-            raw = message.method_frame.raw
-            found = chan.consumers.get(raw[12:12 + raw[11]].decode("utf-8", "replace"))
-        elif message.method_frame.method_index == GET_OK and chan.getting:
-            found = chan.getting.popleft()
+        raw = message.method_frame.raw
+        subscription = ""
+        if raw[7:11] == _DELIVER_BYTES:
+            subscription = raw[12:12 + raw[11]].decode("utf-8", "replace")
+            found = chan.consumers.get(subscription)
+            pos = 12 + raw[11]
+        else:
+            if chan.getting:
+                found = chan.getting.popleft()
+            pos = 11
+        tag = _LONGLONG.unpack_from(raw, pos)[0]
         queue, no_ack = found if found is not None else ("", True)
-        view = delivery_view(message, channel, queue)
+        view = delivery_view(message, channel, queue, tag, bool(raw[pos + 8] & 1), subscription)
         if not no_ack:
-            tag = int(view.ack_id.rpartition("/")[2])
             chan.unacked[tag] = (view, message)
         return view
 

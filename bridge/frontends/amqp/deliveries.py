@@ -55,6 +55,18 @@ def consumer_tag(message: Message) -> str:
     return raw[12:12 + raw[11]].decode("utf-8", "replace")
 
 
+_NEEDLES: dict[str, bytes] = {}
+
+
+def _needle(name: str) -> bytes:
+    """A table key as it is on the wire, to search for; empty for a header that is not
+    (only) a table entry, or cannot be one."""
+    key = name.encode()
+    if name in _FROM_PROPERTIES or len(key) > 255:
+        return b""
+    return bytes((len(key),)) + key
+
+
 class DeliveryHeaders(Mapping[str, str]):
     """A delivery's headers as a STOMP subscriber would see them, decoded only when needed."""
 
@@ -72,10 +84,11 @@ class DeliveryHeaders(Mapping[str, str]):
                 return "true" if self._redelivered else "false"
             if name == "destination":
                 return self._destination
-            if name not in _FROM_PROPERTIES:
-                key = name.encode()
-                if len(key) > 255 or bytes((len(key),)) + key not in self._message.header_frame.raw:
-                    return default
+            needle = _NEEDLES.get(name)
+            if needle is None:
+                needle = _NEEDLES[name] = _needle(name)
+            if needle and needle not in self._message.header_frame.raw:
+                return default
         return self._decoded().get(name, default)
 
     def __getitem__(self, name: str) -> str:
@@ -106,23 +119,35 @@ class DeliveryHeaders(Mapping[str, str]):
         return self._all
 
 
-def delivery_view(message: Message, channel: int, queue: str) -> Delivery:
-    """A Basic.Deliver or Basic.GetOk from ``queue`` as a view; its ``ack_id`` names the
-    channel and the delivery tag."""
-    tag, redelivered = delivery_fields(message)
+def delivery_view(message: Message, channel: int, queue: str, tag: int, redelivered: bool,
+                  subscription: str = "") -> Delivery:
+    """A Basic.Deliver or Basic.GetOk from ``queue`` as a view (its delivery tag and
+    redelivered flag read by ``delivery_fields``); its ``ack_id`` names the channel and the
+    delivery tag."""
     destination = "/amq/queue/" + queue
-    is_deliver = message.method_frame.method_index == DELIVER
     return Delivery(
-        destination=destination,
-        subscription=consumer_tag(message) if is_deliver else "",
-        ack_id=f"{channel}/{tag}",
-        headers=DeliveryHeaders(message, destination, redelivered),
-        body_size=message.body_size,
-        redelivered=redelivered,
+        destination,
+        subscription,
+        f"{channel}/{tag}",
+        DeliveryHeaders(message, destination, redelivered),
+        message.header_frame.body_size,
+        redelivered,
     )
 
 
+_ENTRIES: dict[tuple[str, str], bytes] = {}
+
+
 def _entry(name: str, value: str) -> bytes:
+    found = _ENTRIES.get((name, value))
+    if found is None:
+        found = _make_entry(name, value)
+        if len(_ENTRIES) < 1024:  # the few delivery counts seen again and again
+            _ENTRIES[(name, value)] = found
+    return found
+
+
+def _make_entry(name: str, value: str) -> bytes:
     """A header-table entry: an integer as a signed 32-bit ``I`` (what JMS's int property is),
     anything else as a long string."""
     key = name.encode()
@@ -147,7 +172,7 @@ def stamped_header(raw: bytes, headers: tuple[tuple[str, str], ...]) -> bytes:
         size = int.from_bytes(raw[pos:pos + 4], "big")
         table = raw[pos + 4:pos + 4 + size]
         names = {n.encode() for n, _ in headers}
-        if any(bytes((len(n),)) + n in table for n in names):
+        if any(bytes((len(n),)) + n in table for n in names):  # rare: one is there already
             table = b"".join(table[start:stop] for key, start, stop in table_entries(table)
                              if key not in names)
         table += added

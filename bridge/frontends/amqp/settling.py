@@ -38,7 +38,7 @@ from bridge.frontends.amqp.consumers import (
     Failure,
 )
 from bridge.frontends.amqp.copies import CopyChannel, CopyFailed
-from bridge.frontends.amqp.deliveries import delivery_view, stamped
+from bridge.frontends.amqp.deliveries import delivery_fields, delivery_view, stamped
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
 from bridge.frontends.stats import RelayStats
@@ -235,7 +235,8 @@ class ConsumerSide:
         if self.settles:
             view = self.consumers.delivered(message)
         elif self.stamps:
-            view = delivery_view(message, message.channel, "")
+            tag, redelivered = delivery_fields(message)
+            view = delivery_view(message, message.channel, "", tag, redelivered)
         else:
             return message.raw
         decision = self.chain.on_delivery(view) if self.stamps else None
