@@ -71,6 +71,8 @@ def encode(table: Mapping[str, Any] | None, delivery_mode: int | None = None,
     mode_lost = delivery_mode is not None and delivery_mode != 2
     if not lossy and not mode_lost:
         return None
+    if not kept and delivery_mode in _MODE_ONLY:
+        return _MODE_ONLY[delivery_mode]
     outer: dict[str, Any] = {_HEADERS: kept}
     if delivery_mode is not None:
         outer[_DELIVERY_MODE] = delivery_mode
@@ -125,3 +127,9 @@ def overlay(props: pika.BasicProperties, headers: Mapping[str, str],
     if mode is not None and props.delivery_mode is None and headers.get("persistent") == str(mode):
         props.delivery_mode = mode
     props.headers = table or None
+
+
+# The types of a message with no table entries to keep and a transient delivery mode (the most
+# common case that needs one), written once.
+_MODE_ONLY: dict[int | None, str] = {}
+_MODE_ONLY[1] = encode({}, 1) or ""

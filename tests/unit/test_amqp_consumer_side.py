@@ -230,3 +230,11 @@ def test_content_frames_write_negative_integers_and_doubles_that_pamqp_reads_bac
     got = decode_header(raw)
     assert got.headers == {**table, "x": bytearray(b"\x00")}
     assert got.content_type == "text/plain" and got.priority == 1
+
+
+@pytest.mark.parametrize("mandatory", [True, False])
+def test_a_written_publish_method_is_what_pamqp_writes(mandatory: bool) -> None:
+    from bridge.frontends.amqp.builders import publish_method
+
+    want = method(B.Publish(exchange="ex", routing_key="kéy", mandatory=mandatory), 7)
+    assert publish_method(7, "ex", "kéy", mandatory) == want

@@ -94,3 +94,21 @@ def test_continued_property_flags_are_502_not_a_hang() -> None:
     with pytest.raises(AmqpProtocolError) as info:
         ProxyConnection().client_data(PROTOCOL_HEADER + targets.HANDSHAKE + hang[2:])
     assert info.value.reply_code == 502 and "property flags" in info.value.reply_text
+
+
+def test_properties_decoded_when_read_are_502_from_the_publish_screen() -> None:
+    """Found by the amqp target once content headers were walked on arrival and decoded only
+    when read: a publish whose content type is not UTF-8 (in bounds, so the walk passes it)
+    is a 502 when the publish screen reads it (it names a delay header), which the relay
+    sends as Connection.Close; it is never another exception."""
+    from bridge.frontends.amqp import AmqpProtocolError, Message, ProxyConnection
+    from bridge.frontends.amqp.builders import PROTOCOL_HEADER
+
+    bad = (CORPUS / "amqp" / "regression-lazy-properties-bad-utf8").read_bytes()
+    conn = ProxyConnection()
+    events = conn.client_data(PROTOCOL_HEADER + targets.HANDSHAKE + bad[2:])
+    (message,) = [e for e in events if type(e) is Message]
+    with pytest.raises(AmqpProtocolError) as info:
+        targets._run(targets._SCREEN(message, conn))
+    assert info.value.reply_code == 502 and "content header" in info.value.reply_text
+    assert info.value.reply().startswith(b"\x01\x00\x00")

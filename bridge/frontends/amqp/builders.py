@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 
-from pamqp import body as pbody
 from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
@@ -64,12 +63,24 @@ def content_frames(
     header = pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)
     if table:
         header = with_table(header, encode_table(table))
-    parts = [header]
+    parts: list[bytes | memoryview] = [header]
+    head = b"\x03" + channel.to_bytes(2, "big")
     view = memoryview(body)
     for start in range(0, len(body), limit):
-        chunk = bytes(view[start : start + limit])
-        parts.append(pframe.marshal(pbody.ContentBody(chunk), channel))
+        chunk = view[start : start + limit]
+        parts += (head, len(chunk).to_bytes(4, "big"), chunk, b"\xce")
     return b"".join(parts)
+
+
+def publish_method(channel: int, exchange: str, routing_key: str, mandatory: bool) -> bytes:
+    """A Basic.Publish method frame, written directly (it is one per rewritten publish)."""
+    ex, key = exchange.encode(), routing_key.encode()
+    if len(ex) > 255 or len(key) > 255:
+        raise ValueError("an exchange name or routing key longer than 255 bytes")
+    payload = (b"\x00\x3c\x00\x28\x00\x00" + bytes((len(ex),)) + ex + bytes((len(key),)) + key
+               + (b"\x01" if mandatory else b"\x00"))
+    size = len(payload).to_bytes(4, "big")
+    return b"\x01" + channel.to_bytes(2, "big") + size + payload + b"\xce"
 
 
 def with_table(raw: bytes, table: bytes) -> bytes:

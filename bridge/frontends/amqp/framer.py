@@ -317,7 +317,7 @@ def _check(frame: Frame, size: int) -> None:
             raise AmqpProtocolError(
                 ReplyCode.SYNTAX_ERROR, f"method frame of {size} bytes on channel {frame.channel}"
             )
-        if frame.method_index != _PUBLISH or not _plain_publish(frame.raw):
+        if frame.method_index != _PUBLISH or not plain_publish(frame.raw):
             frame.method  # noqa: B018 - decoded now, so that a bad one is refused now
     elif frame.type == FRAME_HEARTBEAT:
         if frame.channel != 0 or size != 0:
@@ -347,7 +347,7 @@ def _check(frame: Frame, size: int) -> None:
 _PUBLISH: Final = commands.Basic.Publish.index
 
 
-def _plain_publish(raw: bytes) -> bool:
+def plain_publish(raw: bytes) -> bool:
     """Whether a Basic.Publish frame is exactly what pamqp reads without fault: ticket,
     exchange and routing key (UTF-8 short strings), one octet of bits, nothing more. Checked
     on the bytes, as pamqp's decoding of every publish is the relay's largest cost; anything
