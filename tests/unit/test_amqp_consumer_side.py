@@ -238,3 +238,24 @@ def test_a_written_publish_method_is_what_pamqp_writes(mandatory: bool) -> None:
 
     want = method(B.Publish(exchange="ex", routing_key="kéy", mandatory=mandatory), 7)
     assert publish_method(7, "ex", "kéy", mandatory) == want
+
+
+def test_a_channel_the_bridge_refuses_forgets_its_deliveries() -> None:
+    from adapters.rabbitmq import FORMAT
+    from bridge.frontends.amqp.settling import ConsumerSide
+    from bridge.frontends.stats import AmqpStats
+    from bridge.intercept.chain import Chain
+    from bridge.intercept.redelivery import RedeliveryInterceptor
+    from bridge.staging.levels import layout_for
+    from policies.redelivery import PolicyTable
+
+    conn = ProxyConnection(assemble_broker=True)
+    chain = Chain([RedeliveryInterceptor(table=PolicyTable(), fmt=FORMAT,
+                                         layout=layout_for(FORMAT, "s"))])
+    side = ConsumerSide(chain, conn, AmqpStats())
+    side.consumers.client_frame(_client(method(B.Consume(queue="q"), 1)), WHO)
+    side.consumers.broker_frame(_client(method(B.ConsumeOk(consumer_tag="ctag"), 1)))
+    side.broker_event(_deliver(1, 1))
+    assert side.consumers.unsettled() == 1
+    conn.refuse(1, "MQRC_OPTIONS_ERROR (2046): no")
+    assert side.consumers.unsettled() == 0  # the broker has it back: no copy may replace it

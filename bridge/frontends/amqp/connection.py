@@ -21,6 +21,7 @@ reopen the channel before the broker has the bridge's Close, since that went fir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Final
 
@@ -168,6 +169,9 @@ class ProxyConnection:
         self.reserve_channel = reserve_channel
         self.own_channel: int | None = None
         self._offered_channel_max = 0
+        # Told of every channel the bridge closes (its frames from the broker are dropped
+        # until the broker's Close-Ok): whoever tracks the channel's deliveries forgets them.
+        self.on_refused: Callable[[int], None] | None = None
 
     # -- client -> broker -------------------------------------------------------------------
     def client_data(self, data: bytes) -> list[Event]:
@@ -358,6 +362,8 @@ class ProxyConnection:
         if channel in self._closing:
             return []  # already closing: one Close per side
         self._closing[channel] = _Closing()
+        if self.on_refused is not None:
+            self.on_refused(channel)
         return [
             Answer(channel_close(channel, reply_code, reply_text, class_id, method_id)),
             Forward(channel_close(channel, ReplyCode.REPLY_SUCCESS, "closed by jms-bridge")),

@@ -69,6 +69,7 @@ class ConsumerSide:
         self.guards = interest.subscribes
         self.settles = interest.settlements
         self.consumers = Consumers()
+        conn.on_refused = self.consumers.drop  # the broker takes the channel's deliveries back
         self.copies: CopyChannel | None = None
         self._write: Callable[[bytes], None] | None = None
 
@@ -112,7 +113,6 @@ class ConsumerSide:
         self.stats.refusals[refusal.reason.name] += 1
         self.log.info("consume refused", channel=frame.channel, queue=queue,
                       reason=refusal.reason.name)
-        self.consumers.drop(frame.channel)
         return self.conn.refuse(frame.channel, str(refusal), reply_code=ReplyCode.ACCESS_REFUSED,
                                 class_id=frame.method_index >> 16,
                                 method_id=frame.method_index & 0xFFFF)
