@@ -12,7 +12,8 @@ microseconds, so the figures are the paths', not pika's. The do-nothing relay co
 ways with no parsing (the cost of the extra hop alone); ``--paths frontend`` adds the AMQP
 front-end with no interceptors. Each relay and the bridge run in a process of their own; the
 bridge with a staging prefix of its own and its engine off, so the delayed publishes wait on
-staging queues that are deleted at the end.
+staging queues that are deleted at the end. Queue names start with ``bench-amqp-``, not the
+test suite's ``jbt-`` (a test session deletes every ``jbt-`` queue when it ends).
 
 Usage:
     .venv/bin/python bench/amqp.py                       # --count 20000, the loaded-machine default
@@ -300,7 +301,7 @@ def start(args: argparse.Namespace, staging_prefix: str) -> dict[str, Proc]:
 async def publish_and_consume(port: int, args: argparse.Namespace,
                               proc: Proc | None) -> dict[str, float]:
     body = b"x" * args.size
-    queue = f"jbt-bench-amqp-{uuid.uuid4().hex[:8]}"
+    queue = f"bench-amqp-{uuid.uuid4().hex[:8]}"
     client = Client(port)
     await client.open()
     await client.declare(queue)
@@ -326,7 +327,7 @@ async def delayed_vs_plain(port: int, args: argparse.Namespace,
     body = b"x" * args.size
     out: dict[str, float] = {}
     for kind, headers in (("plain", None), ("delayed", {"x-delay": 3_600_000})):
-        queue = f"jbt-bench-amqp-{uuid.uuid4().hex[:8]}"
+        queue = f"bench-amqp-{uuid.uuid4().hex[:8]}"
         client = Client(port)
         await client.open()
         await client.declare(queue)
@@ -380,7 +381,7 @@ def main() -> int:
     for path in args.paths:
         if path not in PATHS:
             parser.error(f"--paths: {path!r} is not one of {', '.join(PATHS)}")
-    prefix = f"jbt-bench-staging-{uuid.uuid4().hex[:8]}"
+    prefix = f"bench-amqp-staging-{uuid.uuid4().hex[:8]}"
     procs = start(args, prefix)
     results: dict[str, list[dict[str, float]]] = {p: [] for p in args.paths}
     report: dict[str, Any] = {"config": {k: getattr(args, k) for k in (
