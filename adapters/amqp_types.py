@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import decimal
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,8 +85,11 @@ def encode(table: Mapping[str, Any] | None, delivery_mode: int | None = None,
     return base64.b64encode(b"".join(pieces)).decode()
 
 
+@functools.lru_cache(maxsize=256)
 def decode(text: str) -> tuple[dict[str, Any], int | None] | None:
-    """The typed table and delivery mode ``encode`` wrote; None for anything else."""
+    """The typed table and delivery mode ``encode`` wrote; None for anything else. Cached (a
+    producer's messages mostly carry the same types): the table returned is not to be
+    changed."""
     try:
         raw = base64.b64decode(text.encode(), validate=True)
         outer, _ = pdata.decode_table(raw, 0)

@@ -7,8 +7,6 @@ changes (a staged copy), split into body frames by the negotiated frame_max.
 
 from __future__ import annotations
 
-import copy
-
 from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
@@ -58,11 +56,14 @@ def content_frames(
         raise ValueError(f"frame_max {frame_max} leaves no room for a body")
     table = properties.headers
     if table:  # written here: pamqp 3.3 gets negative integers and floats wrong
-        properties = copy.copy(properties)
         properties.headers = None
-    header = pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)
-    if table:
+        try:
+            header = pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)
+        finally:
+            properties.headers = table
         header = with_table(header, encode_table(table))
+    else:
+        header = pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)
     parts: list[bytes | memoryview] = [header]
     head = b"\x03" + channel.to_bytes(2, "big")
     view = memoryview(body)

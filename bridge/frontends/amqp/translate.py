@@ -69,21 +69,8 @@ def properties_of(headers: dict[str, str]) -> commands.Basic.Properties:
             continue
         if name == "timestamp":
             value = dt.datetime.fromtimestamp(int(value), dt.UTC)
-        elif name == "headers":
-            value = _pamqp_table(value)
         values[name] = value
     return commands.Basic.Properties(**values)
-
-
-def _pamqp_table(value: Any) -> Any:
-    """A typed table as pamqp writes it: byte strings (``x``) as bytearrays."""
-    if isinstance(value, bytes):
-        return bytearray(value)
-    if isinstance(value, dict):
-        return {k: _pamqp_table(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_pamqp_table(v) for v in value]
-    return value
 
 
 class PublishScreen:
