@@ -85,15 +85,19 @@ class _PikaAsync:
 
     async def get(self, ch: Any, queue: str, timeout: float = 10.0) -> Any:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             got: asyncio.Future[Any] = self.loop.create_future()
-            ch.basic_get(queue, lambda _ch, m, p, b, got=got: got.set_result((m, p, b)))
-            empty = self.loop.create_task(asyncio.sleep(0.05))
-            await asyncio.wait({got, empty}, return_when=asyncio.FIRST_COMPLETED)
-            if got.done():
-                return got.result()
-            got.cancel()
-        return None
+
+            def answer(result: Any, got: asyncio.Future[Any] = got) -> None:
+                if not got.done():
+                    got.set_result(result)
+
+            ch.add_callback(lambda _frame: answer(None), [pika.spec.Basic.GetEmpty])
+            ch.basic_get(queue, lambda _ch, m, p, b: answer((m, p, b)))
+            found = await asyncio.wait_for(got, 5)
+            if found is not None or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.02)
 
 
 async def _pika_asyncio(port: int, queue: str) -> dict[str, Any]:
