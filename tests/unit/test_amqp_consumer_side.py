@@ -259,3 +259,30 @@ def test_a_channel_the_bridge_refuses_forgets_its_deliveries() -> None:
     assert side.consumers.unsettled() == 1
     conn.refuse(1, "MQRC_OPTIONS_ERROR (2046): no")
     assert side.consumers.unsettled() == 0  # the broker has it back: no copy may replace it
+
+
+def test_without_a_channel_of_its_own_a_failure_goes_to_the_broker_as_sent() -> None:
+    import asyncio
+
+    from adapters.rabbitmq import FORMAT
+    from bridge.frontends.amqp.settling import ConsumerSide
+    from bridge.frontends.stats import AmqpStats
+    from bridge.intercept.chain import Chain
+    from bridge.intercept.redelivery import RedeliveryInterceptor
+    from bridge.staging.levels import layout_for
+    from policies.redelivery import PolicyTable
+
+    conn = ProxyConnection(assemble_broker=True, reserve_channel=True)  # never tuned: no channel
+    chain = Chain([RedeliveryInterceptor(table=PolicyTable(), fmt=FORMAT,
+                                         layout=layout_for(FORMAT, "s"))])
+    side = ConsumerSide(chain, conn, AmqpStats())
+    sent: list[bytes] = []
+    side.attach(sent.append)
+    side.consumers.client_frame(_client(method(B.Consume(queue="q"), 1)), WHO)
+    side.consumers.broker_frame(_client(method(B.ConsumeOk(consumer_tag="ctag"), 1)))
+    side.broker_event(_deliver(1, 1))
+    nack = method(B.Nack(delivery_tag=1, requeue=True), 1)
+    failure = side.client_frame(_client(nack))
+    assert isinstance(failure, Failure)
+    assert asyncio.run(side.settle(failure)) == b""
+    assert sent == [nack] and side.consumers.unsettled() == 0

@@ -43,7 +43,7 @@ from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
 from bridge.frontends.stats import RelayStats
 from bridge.intercept.chain import Chain
-from bridge.intercept.decisions import Refuse, Replace, Stamp
+from bridge.intercept.decisions import RELAY, Refuse, Replace, Stamp
 from bridge.intercept.views import Principal, Subscribe
 
 # How long a replacement may take (copies confirmed) before the link gives up and closes the
@@ -122,6 +122,11 @@ class ConsumerSide:
         later frames wait); returns what goes to the client then. TimeoutError when the
         broker did not confirm in time."""
         decision = self.chain.on_settle(failure.settle)
+        if isinstance(decision, Replace) and self.conn.own_channel is None:
+            # A broker that allows one channel leaves none for the copies: the broker's own
+            # redelivery applies, as without the bridge.
+            self.log.warning("no channel of its own on this connection: the broker redelivers")
+            decision = RELAY
         if not isinstance(decision, Replace):
             self.consumers.not_replaced(failure)
             self._send(failure.relay)
