@@ -338,3 +338,29 @@ def test_a_delayed_publish_keeps_the_header_tables_types(
     assert released.timestamp == 1700000000
     channel.queue_delete(queue)
     conn.close()
+
+
+def test_a_quorum_queues_own_redeliveries_are_counted(amqp_bridge: BridgeProcess) -> None:
+    """RabbitMQ redelivered it on its own (a consumer straight on 5672 requeued it twice): the
+    quorum queue's x-delivery-count is counted, and the redelivered flag not twice."""
+    queue = _queue("now")
+    direct = pika.BlockingConnection(pika.URLParameters(BROKERS["rabbitmq"].amqp_url or ""))
+    channel = direct.channel()
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"q")
+    for _ in range(2):
+        method = None
+        deadline = time.monotonic() + 5
+        while method is None and time.monotonic() < deadline:
+            method, _, _ = channel.basic_get(queue)
+        assert method is not None
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    conn = _connect(amqp_bridge)
+    inbox = Inbox(conn, conn.channel(), queue)
+    (method, props, body, _), = inbox.take(1)
+    assert body == b"q" and props.headers.get("x-delivery-count") == 2
+    assert _count(props) == 3
+    conn.close()
+    channel.queue_delete(queue)
+    direct.close()
