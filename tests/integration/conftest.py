@@ -47,14 +47,19 @@ def bridge(
 @pytest.fixture(scope="session")
 def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
     """A bridge on RabbitMQ with its AMQP 0-9-1 listener on (``amqp_port``), shared by the
-    tests of AMQP clients that need no configuration of their own."""
+    tests of AMQP clients that need no configuration of their own. Its staging queues are its
+    own (``staging_prefix``): another bridge on the same broker (another test session's) must
+    not release its staged messages."""
     broker = BROKERS["rabbitmq"]
     require(broker)
     port = free_port()
+    prefix = f"jbt-staging-{uuid.uuid4().hex[:8]}"
     proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
                          tmp_path_factory.mktemp("amqp") / "bridge.log",
-                         extra=["--amqp-listen", f"127.0.0.1:{port}"])
+                         extra=["--amqp-listen", f"127.0.0.1:{port}",
+                                "--staging-prefix", prefix])
     proc.amqp_port = port  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix  # type: ignore[attr-defined]
     proc.start()
     yield proc
     assert proc.stop() == 0, proc.log()

@@ -116,7 +116,7 @@ def test_a_delayed_amqp_publish_can_be_consumed_over_stomp(
 @pytest.mark.parametrize(("headers", "routing", "reason"), [
     ({"x-delay": -5}, None, "MQRC_OPTIONS_ERROR"),
     ({"x-delay": 5000}, None, None),  # with expiration below: MQRC_EXPIRY_ERROR
-    ({"x-delay": 10}, "jms-bridge.staging.L3", "MQRC_NOT_AUTHORIZED"),
+    ({"x-delay": 10}, "{staging}.L3", "MQRC_NOT_AUTHORIZED"),
 ])
 def test_refusals_close_the_channel_with_406_and_the_reason(
     amqp_bridge: BridgeProcess, amqp_queue: str, headers: dict, routing: str | None,
@@ -130,7 +130,8 @@ def test_refusals_close_the_channel_with_406_and_the_reason(
         props.expiration = "1000"
         reason = "MQRC_EXPIRY_ERROR"
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
-        channel.basic_publish("", routing or amqp_queue, b"no", props)
+        channel.basic_publish("", (routing or amqp_queue).format(
+            staging=amqp_bridge.staging_prefix), b"no", props)  # type: ignore[attr-defined]
     assert closed.value.reply_code == 406
     assert closed.value.reply_text.startswith(reason), closed.value.reply_text
     other = conn.channel()  # the connection carries on

@@ -45,10 +45,13 @@ def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProc
     config = tmp / "bridge.yaml"
     config.write_text(yaml.safe_dump({"redelivery": POLICIES}))
     port = free_port()
+    prefix = f"jbt-staging-{RUN}"  # its own: no other bridge on the broker releases its copies
     proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
                          tmp / "bridge.log",
-                         extra=["--amqp-listen", f"127.0.0.1:{port}", "--config", str(config)])
+                         extra=["--amqp-listen", f"127.0.0.1:{port}", "--config", str(config),
+                                "--staging-prefix", prefix])
     proc.amqp_port = port  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix  # type: ignore[attr-defined]
     proc.start()
     yield proc
     assert proc.stop() == 0, proc.log()
@@ -181,7 +184,14 @@ def test_a_multiple_nack_fails_every_delivery_up_to_its_tag_and_tags_stay_the_cl
     channel.basic_ack(5, multiple=True)
     assert inbox.quiet(0.4) == []
     channel.queue_delete(queue)
+    opened = amqp_bridge.metric("jms_bridge_amqp_channels_total")
     conn.close()
+    # The bridge's own channel (it published the copies) is not counted as the client's.
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_total") == opened
+    deadline = time.monotonic() + 5
+    while amqp_bridge.metric("jms_bridge_amqp_channels_open") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_open") == 0
 
 
 def test_recover_rollback_and_a_transactional_nack_are_failures(
@@ -305,12 +315,13 @@ def test_consuming_a_staging_queue_is_refused_with_403(amqp_bridge: BridgeProces
     conn = _connect(amqp_bridge)
     channel = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
-        channel.basic_consume("jms-bridge.staging.L3", lambda *a: None)
+        channel.basic_consume(f"{amqp_bridge.staging_prefix}.L3",  # type: ignore[attr-defined]
+                              lambda *a: None)
     assert closed.value.reply_code == 403
     assert closed.value.reply_text.startswith("MQRC_NOT_AUTHORIZED (2035)")
     channel = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
-        channel.basic_get("jms-bridge.staging.L3")
+        channel.basic_get(f"{amqp_bridge.staging_prefix}.L3")  # type: ignore[attr-defined]
     assert closed.value.reply_code == 403
     queue = _queue("now")
     conn.channel().queue_declare(queue, auto_delete=True)  # the connection goes on

@@ -213,9 +213,12 @@ class _Link:
     def _count(self, events: list[Event], tally: Tally[int]) -> None:
         """Method frames by method, heartbeats, and the channels a client opens and closes."""
         stats = self.relay.stats
+        own = self.conn.own_channel
         for event in events:
             kind = type(event)
             if kind is Frame:
+                if event.channel == own:  # type: ignore[union-attr]
+                    continue  # the bridge's own channel: not the client's traffic
                 if event.type == FRAME_METHOD:  # type: ignore[union-attr]
                     index = event.method_index  # type: ignore[union-attr]
                     tally[index] += 1
@@ -229,7 +232,7 @@ class _Link:
                 elif event.type == FRAME_HEARTBEAT:  # type: ignore[union-attr]
                     stats.heartbeats["upstream" if tally is stats.methods_up
                                      else "downstream"] += 1
-            elif kind is Message:
+            elif kind is Message and event.channel != own:  # type: ignore[union-attr]
                 tally[event.method_frame.method_index] += 1  # type: ignore[union-attr]
 
     async def _carry(self, events: list[Event]) -> None:
