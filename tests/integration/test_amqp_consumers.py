@@ -249,6 +249,7 @@ def test_unacked_deliveries_of_a_closed_channel_or_connection_are_failures(
     got = inbox2.take(1)
     assert [b for _, _, b, _ in got] == [b"left"], amqp_bridge.log()[-3000:]
     assert _count(got[0][1]) == 2
+    assert not got[0][0].redelivered  # the bridge's copy, not the broker's requeue
     ch2.basic_ack(got[0][0].delivery_tag)
     assert inbox2.quiet(0.3) == []
     ch2.queue_delete(queue)
@@ -375,3 +376,43 @@ def test_a_quorum_queues_own_redeliveries_are_counted(amqp_bridge: BridgeProcess
     conn.close()
     channel.queue_delete(queue)
     direct.close()
+
+
+@pytest.mark.parametrize("how", ["channel-close", "socket-drop"])
+def test_a_lost_transaction_is_rolled_back_and_its_deliveries_are_failures(
+    amqp_bridge: BridgeProcess, how: str,
+) -> None:
+    """A consumer in a transaction acks and publishes, then goes away without a commit: the
+    ack is undone (the delivery fails: JMSXDeliveryCount 2 next time) and the publish never
+    happens; the bridge's own acknowledgements are committed on their own."""
+    queue, other = _queue("now"), _queue("now")
+    _send(amqp_bridge, queue, [b"tx-lost"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.queue_declare(other, durable=True)
+    channel.tx_select()
+    inbox = Inbox(conn, channel, queue)
+    (method, _, _, _), = inbox.take(1)
+    channel.basic_ack(method.delivery_tag)
+    channel.basic_publish("", other, b"never committed")
+    if how == "channel-close":
+        channel.close()
+    else:
+        sock = conn._impl._transport._sock
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    again = _connect(amqp_bridge)
+    ch2 = again.channel()
+    inbox2 = Inbox(again, ch2, queue)
+    got = inbox2.take(1)
+    assert [b for _, _, b, _ in got] == [b"tx-lost"], amqp_bridge.log()[-3000:]
+    assert _count(got[0][1]) == 2
+    assert not got[0][0].redelivered  # the bridge's copy, not the broker's requeue
+    ch2.basic_ack(got[0][0].delivery_tag)
+    assert ch2.queue_declare(other, passive=True).method.message_count == 0
+    assert inbox2.quiet(0.3) == []
+    ch2.queue_delete(queue)
+    ch2.queue_delete(other)
+    again.close()
+    if how == "channel-close":
+        conn.close()
