@@ -28,9 +28,11 @@ RUN = uuid.uuid4().hex[:6]
 SLOW = f"/amq/queue/jbt-aq-{RUN}-slow.*"  # delays, then a dead-letter queue
 NOW = f"/amq/queue/jbt-aq-{RUN}-now.*"  # redelivered at once, five times
 BAD = f"/amq/queue/jbt-aq-{RUN}-bad.*"  # the dead-letter target does not exist
+DELETE = f"/amq/queue/jbt-aq-{RUN}-delete.*"  # deleted at the first failure
 POLICIES: dict[str, object] = {
     SLOW: "1:300; 3:move(queue:$.dlq)",
     NOW: "5:move(queue:$.dlq)",
+    DELETE: "delete",
     BAD: {"dialect": "weblogic", "redelivery-limit": 0,
           "error-destination": f"/exchange/jbt-aq-{RUN}-missing/x"},
 }
@@ -416,3 +418,18 @@ def test_a_lost_transaction_is_rolled_back_and_its_deliveries_are_failures(
     again.close()
     if how == "channel-close":
         conn.close()
+
+
+def test_a_delete_policy_deletes_the_failed_delivery(amqp_bridge: BridgeProcess) -> None:
+    queue = _queue("delete")
+    _send(amqp_bridge, queue, [b"gone"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    method, props, body = channel.basic_get(queue)
+    assert body == b"gone" and _count(props) == 1
+    channel.basic_reject(method.delivery_tag, requeue=True)
+    time.sleep(0.3)
+    assert channel.basic_get(queue)[0] is None  # acknowledged upstream, nothing put back
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    channel.queue_delete(queue)
+    conn.close()
