@@ -1,6 +1,9 @@
-"""Suite-wide settings."""
+"""Suite-wide settings, and the one embedded SparkSession."""
 
+import os
+import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import structlog
@@ -18,3 +21,28 @@ def _structlog_as_before() -> Iterator[None]:
     moment, capsys's, closed after the test: put structlog back so later tests do not log there."""
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One embedded SparkSession for every PySpark test (starting one takes seconds). Without
+    PySpark or Java the tests skip, and fail when CI is set."""
+    problem = None
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        problem = f"PySpark is not installed: {exc}"
+    if problem is None and not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        problem = "Java is not installed (PySpark needs it)"
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    from bridge.pipeline.session import session
+
+    spark = session("local[2]", "jms-bridge tests", **{
+        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+        "spark.default.parallelism": "2",
+    })
+    yield spark
+    spark.stop()

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = actions.add_parser(name, help=f"find a staged message by its original id and {what}")
         _connection_flags(p)
         p.add_argument("message_id", metavar="ID")
+        p.add_argument("--journal", metavar="DIR",
+                       help="journal what this tool does itself here (the bridge's journal "
+                            "folder; an engine that holds the message journals it there)")
     policy = commands.add_parser("policy", help="which redelivery policy applies, and what it does")
     policy_actions = policy.add_subparsers(dest="action", required=True, parser_class=_Parser)
     show = policy_actions.add_parser(
@@ -145,6 +148,12 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
         if outcome is None:
             print(tools.NOT_FOUND.format(ns.message_id))
             return EXIT_NOT_FOUND
+        if outcome.staged is not None:
+            from bridge.app.journal import journal_tool
+            from bridge.staging.outcomes import Kind
+
+            kind = Kind.CANCELLED if ns.action == "cancel" else Kind.RELEASED_NOW
+            journal_tool(settings, kind, outcome.staged)
         print(outcome.describe(ns.message_id))
         return 0 if outcome.as_asked else EXIT_FAILURE
     finally:

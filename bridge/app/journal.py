@@ -41,7 +41,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from adapters.base import Message
 from bridge.app.config import Settings
+from bridge.staging.envelope import Staged
 from bridge.staging.outcomes import Kind, Outcome
 from policies.errors import ConfigError
 
@@ -369,3 +371,22 @@ class Journal:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def journal_tool(settings: Settings, kind: Kind, staged: Message) -> None:
+    """The event of a staged message an operator's tool cancelled or released itself (one the
+    engine held is journaled by the engine), in the tool's own journal file."""
+    if settings.journal is None:
+        return
+    try:
+        info = Staged.of(staged.headers)
+    except (KeyError, ValueError):
+        return
+    now = time.time_ns() // 1_000_000
+    writer = JournalWriter(JournalSpec(settings.journal, instance_id(), settings.broker),
+                           "tool").start()
+    try:
+        JournalSink(writer)([Outcome(kind, now, info.message_id, info.target, info.due_ms,
+                                     info.expires_ms, size=len(staged.body))])
+    finally:
+        writer.close()

@@ -109,12 +109,15 @@ class RedeliveryInterceptor(Interceptor):
             return RELAY  # a topic's delivery: the broker's own redelivery applies
         now = self.clock()
         outcomes: list[Outcome] = []
-        copies = tuple(self._copy(d, settle, now, outcomes) for d in failed)
+        copies = tuple(c for d in failed
+                       if (c := self._copy(d, settle, now, outcomes)) is not None)
         for sink in self.sinks:
             sink(outcomes)
-        return Replace(copies)
+        return Replace(copies) if copies else RELAY
 
-    def _copy(self, d: Delivery, settle: Settle, now: int, outcomes: list[Outcome]) -> Copy:
+    def _copy(
+        self, d: Delivery, settle: Settle, now: int, outcomes: list[Outcome]
+    ) -> Copy | None:
         failures = delivery_count(d.headers)
         pattern, policy = self.table.lookup(d.destination, settle.principal.login)
         action = decide(policy, failures, d.destination, d.headers, self.rand())
@@ -129,6 +132,11 @@ class RedeliveryInterceptor(Interceptor):
                                     now + action.delay_ms, detail=policy_text,
                                     count=failures, size=d.body_size))
             if action.delay_ms <= 0:
+                if settle.outcome is Settlement.LOST:
+                    # The consumer is leaving: left unsettled, the broker requeues it when the
+                    # upstream connection closes, flagged redelivered (one more delivery). A
+                    # copy put now could be dispatched to the departing subscription itself.
+                    return None
                 return Copy(d.ack_id, d.destination, tuple(headers.items()))
             return self._staged(d, headers, now + action.delay_ms, now)
         if isinstance(action, Delete):

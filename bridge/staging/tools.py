@@ -147,6 +147,7 @@ class Outcome:
 
     done: str  # "cancelled", "released"; from an engine also "expired", "undeliverable"
     by_engine: bool  # a running engine held it and did it
+    staged: Message | None = None  # the staged copy the tool itself took (its journal event)
 
     @property
     def as_asked(self) -> bool:
@@ -178,14 +179,17 @@ def _carry_out(
     the queues again, for a message that was between two of them meanwhile."""
     done = "cancelled" if action is Action.CANCEL else "released"
     found = find(broker, layout, message_id)
-    if found is not None and broker.take(found[0], envelope.MESSAGE_ID, message_id, then):
-        return Outcome(done, by_engine=False)
+    if found is not None:
+        taken = broker.take(found[0], envelope.MESSAGE_ID, message_id, then)
+        if taken is not None:
+            return Outcome(done, by_engine=False, staged=taken)
     answer = ask_engines(broker, layout, action, message_id, answer_s)
     if answer is not None:
         return Outcome(answer, by_engine=True)
-    if take(broker, layout, message_id, then=then, patience_s=patience_s) is None:
+    taken = take(broker, layout, message_id, then=then, patience_s=patience_s)
+    if taken is None:
         return None
-    return Outcome(done, by_engine=False)
+    return Outcome(done, by_engine=False, staged=taken)
 
 
 def ask_engines(

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -113,3 +114,76 @@ def test_perl_net_stomp_roundtrip_through_bridge(
     assert (summary["sent"], summary["received"], summary["acked"]) == (COUNT, COUNT, COUNT)
     assert summary["redelivered_after_ack"] == 0
     assert summary["server"] == f"{broker.stomp_host}:{bridge.stomp_port}"
+
+
+# --- redelivery seen from Perl ------------------------------------------------------------------
+
+REDELIVERY_SCRIPT = ROOT / "tests" / "clients" / "stomp_redelivery.pl"
+RUN = os.urandom(3).hex()
+# Failure 1 redelivered at once, failures 2-3 after 250 ms, failure 4 moves it to `<queue>.dead`.
+PERL_POLICY = {f"/queue/jbt-perl-{RUN}.*": "1:250; 3:move(queue:$.dead)"}
+
+
+@pytest.fixture(scope="module")
+def policy_bridge(
+    broker: Broker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BridgeProcess]:
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("perl-redelivery")
+    config = tmp / "bridge.yaml"
+    config.write_text(yaml.safe_dump({"redelivery": PERL_POLICY}))
+    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp / "bridge.log", extra=["--config", str(config)]).start()
+    yield proc
+    assert proc.stop() == 0, proc.log()
+
+
+def _run_failing(perl: str, port: int, broker: Broker, dest: str, version: str, mode: str,
+                 ack_after: int) -> dict[str, Any]:
+    args = [perl, str(REDELIVERY_SCRIPT), broker.stomp_host, str(port), broker.user,
+            broker.password, broker.vhost, dest, version, mode, str(ack_after)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT + 15)
+    lines = done.stdout.strip().splitlines()
+    summary = json.loads(lines[-1]) if lines else {}
+    assert done.returncode == 0 and summary.get("ok"), f"{args}\n{done.stdout}\n{done.stderr}"
+    return dict(summary)
+
+
+def test_perl_consumer_nacks_until_the_policy_moves_the_message(
+    policy_bridge: BridgeProcess, broker: Broker
+) -> None:
+    perl = _require_perl()
+    queue = f"jbt-perl-{RUN}.{os.urandom(4).hex()}"
+    summary = _run_failing(perl, policy_bridge.stomp_port, broker, f"/queue/{queue}", "1.2",
+                           "nack", 99)
+    assert summary["counts"] == ["1", "2", "3", "4"], (summary, policy_bridge.log()[-2000:])
+    immediate, *delayed = summary["gaps_ms"]
+    assert all(gap >= 250 for gap in delayed), summary
+    # the fourth failure moved it, with why, where the policy says
+    from tests.integration.clients import connect
+
+    conn, inbox = connect(policy_bridge.stomp_port, broker.user, broker.password)
+    conn.subscribe(f"/queue/{queue}.dead", id="dead", ack="auto")
+    dead = inbox.take(1, timeout=10)
+    conn.disconnect()
+    assert len(dead) == 1, policy_bridge.log()[-2000:]
+    h = dead[0].headers
+    assert (h["jms-bridge-reason"], h["jms-bridge-reason-code"]) == (
+        "MQRC_BACKOUT_THRESHOLD_REACHED", "2362")
+    assert h["jms-bridge-delivery-count"] == "4"
+    assert h["jms-bridge-original-destination"] == f"/queue/{queue}"
+
+
+def test_perl_consumer_that_drops_its_connection_gets_the_message_again_counted(
+    policy_bridge: BridgeProcess, broker: Broker
+) -> None:
+    """STOMP 1.0 has no NACK: a consumer that disconnects with the delivery unacknowledged
+    failed it, and the policy (not the broker) redelivers it, with the count."""
+    perl = _require_perl()
+    queue = f"jbt-perl-{RUN}.{os.urandom(4).hex()}"
+    summary = _run_failing(perl, policy_bridge.stomp_port, broker, f"/queue/{queue}", "1.0",
+                           "disconnect", 3)
+    assert summary["counts"] == ["1", "2", "3"], (summary, policy_bridge.log()[-2000:])
+    assert summary.get("acked") is True
+    assert summary["gaps_ms"][1] >= 250, summary

@@ -75,16 +75,73 @@ def test_a_nack_within_the_immediate_range_puts_a_copy_back_then_acks() -> None:
     assert copy.get(envelope.DELIVERY_COUNT) == "1" and copy.get("app") == "v"
     assert copy.get("amqp-message-id") == "M1" and copy.body == b"body\x00\x01"
     assert copy.get("message-id") is None and copy.get("ack") is None
-    assert out.hold
-    # the client's next frames wait for the broker's receipt
+    assert not out.hold  # a client-individual NACK does not hold the client up
+    # the client's next frames that are not such a NACK or ACK wait for the broker's receipt
     later = serialize("SEND", [("destination", "/queue/x")], b"next")
-    assert s.from_client(later).to_broker == []
+    held = s.from_client(later)
+    assert held.to_broker == [] and held.hold
     done = s.from_broker(receipt(copy))
     assert done.to_client == [] and done.unhold  # our receipt is not the client's
     ack, send = frames(done.to_broker)
     assert ack.command == "ACK" and ack.get("id") == "a1"
     assert ack.get("receipt") == "client-r"  # the client's NACK receipt comes with the ACK
     assert send.get("destination") == "/queue/x"
+
+
+def test_the_receipt_of_a_copy_takes_its_end_of_line_along() -> None:
+    """ActiveMQ ends each frame with an EOL; a receipt kept from the client must not leave
+    its EOL behind: stomp.py 8 drops a frame that starts a read with two EOLs."""
+    s = session()
+    delivered(s, message(1))
+    delivered(s, message(2))
+    (first,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    assert s.from_broker(receipt(first) + b"\n").to_client == []
+    (second,) = frames(s.from_client(serialize("NACK", [("id", "a2")], b"")).to_broker)
+    both = s.from_broker(receipt(second) + b"\n" + message(3) + b"\n")
+    assert b"".join(both.to_client).startswith(b"MESSAGE\n")
+    assert b"".join(both.to_client).endswith(b"\x00\n")  # the broker's own EOLs still pass
+
+
+def test_client_individual_failures_go_on_while_copies_wait_for_receipts() -> None:
+    """Each original is acknowledged when its own copy is confirmed, in whatever order the
+    receipts come; an ACK of another delivery goes up at once."""
+    s = session()
+    for n in (1, 2, 3):
+        delivered(s, message(n))
+    (c1,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    (c2,) = frames(s.from_client(serialize("NACK", [("id", "a2")], b"")).to_broker)
+    (ack3,) = frames(s.from_client(serialize("ACK", [("id", "a3")], b"")).to_broker)
+    assert ack3.command == "ACK" and ack3.get("id") == "a3"
+    (ack2,) = frames(s.from_broker(receipt(c2)).to_broker)
+    assert ack2.get("id") == "a2"
+    (ack1,) = frames(s.from_broker(receipt(c1)).to_broker)
+    assert ack1.get("id") == "a1"
+
+
+def test_in_client_mode_a_failure_holds_the_client_until_its_copy_is_confirmed() -> None:
+    """A cumulative ACK after a NACK could settle the original before its copy is safe."""
+    s = session(ack="client")
+    delivered(s, message(1))
+    delivered(s, message(2))
+    (copy,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    held = s.from_client(serialize("ACK", [("id", "a2")], b""))
+    assert held.to_broker == [] and held.hold
+    ack1, ack2 = frames(s.from_broker(receipt(copy)).to_broker)
+    assert (ack1.get("id"), ack2.get("id")) == ("a1", "a2")
+
+
+def test_a_disconnect_with_deliveries_unsettled_fails_them_first() -> None:
+    """The copies go up, then the ACKs of the originals once confirmed, then the DISCONNECT
+    (an immediate redelivery is left to the broker, as when the connection drops)."""
+    s = session(version="1.0", ack="client")
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    out = s.from_client(serialize("DISCONNECT", [("receipt", "bye")], b""))
+    (copy,) = frames(out.to_broker)
+    assert copy.command == "SEND" and copy.get(envelope.DELIVERY_COUNT) == "3"
+    assert out.hold
+    ack, bye = frames(s.from_broker(receipt(copy)).to_broker)
+    assert (ack.command, ack.get("message-id")) == ("ACK", "T_1")
+    assert (bye.command, bye.get("receipt")) == ("DISCONNECT", "bye")
 
 
 def test_a_nack_in_the_delayed_range_is_staged_back_to_its_queue() -> None:
@@ -135,14 +192,16 @@ def test_an_abort_goes_up_first_then_copies_replace_what_it_rolled_back() -> Non
 
 def test_a_lost_client_s_deliveries_are_replaced_before_the_upstream_closes() -> None:
     s = session()
-    delivered(s, message(1))
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))  # delayed
     delivered(s, message(2, "/queue/gone"))
+    delivered(s, message(3))  # redelivered at once: left to the broker
     out: Output = s.client_lost()
     assert out.close is None
     (copy,) = frames(out.to_broker)  # the deleted one needs no copy
+    assert copy.get(envelope.TARGET) == "/queue/orders"
     done = s.from_broker(receipt(copy))
     acks = frames(done.to_broker)
-    assert sorted(a.get("id") or "" for a in acks) == ["a1", "a2"]
+    assert sorted(a.get("id") or "" for a in acks) == ["a1", "a2"]  # a3 is not acked
     assert done.close is not None
 
 

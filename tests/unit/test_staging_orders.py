@@ -228,7 +228,9 @@ def test_tool_takes_from_the_queue_without_asking_the_engines() -> None:
     broker.connect()
     message_id = stage(broker, delay_ms=86_400_000, now=T0)
     outcome = tools.cancel(broker, LAYOUT, message_id, answer_s=5.0)
-    assert outcome == tools.Outcome("cancelled", by_engine=False)
+    assert outcome is not None and (outcome.done, outcome.by_engine) == ("cancelled", False)
+    assert outcome.staged is not None  # the copy it took, for its journal event
+    assert outcome.staged.headers["jms-bridge-message-id"] == message_id
     assert broker.orders == [] and staged_left(broker) == 0
 
 

@@ -46,6 +46,17 @@ from policies.errors import Refused
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 _receipts = itertools.count(1)
+
+
+class _Copies:
+    """Copies put in place of failed deliveries by one decision: the receipts still awaited,
+    and the ACKs of the originals that go up when the last one is in."""
+
+    __slots__ = ("receipts", "acks")
+
+    def __init__(self) -> None:
+        self.receipts: set[str] = set()
+        self.acks: list[bytes] = []
 DEFAULT_LIMITS = Limits()
 
 
@@ -194,10 +205,13 @@ class Session:
         self._held: list[Event] | None = None
         self._held_error: StompProtocolError | None = None
         self._held_data: list[bytes] = []
-        # Receipts of copies that replace settlements, and the ACKs to send when all are in.
-        self._awaiting: set[str] = set()
-        self._after: list[bytes] = []
+        # Receipts of copies that replace settlements, each to the group of copies it belongs
+        # to: a group's ACKs of the originals go up when all its receipts are in.
+        self._awaiting: dict[str, _Copies] = {}
         self._client_gone = False
+        # A broker frame kept from the client (the receipt of a copy) takes the EOL after it
+        # along: EOLs piled up before a frame make stomp.py 8 drop that frame.
+        self._eat_eol = False
 
     @property
     def state(self) -> State:
@@ -253,6 +267,12 @@ class Session:
                 out.to_broker.append(b"\n")
                 continue
             assert isinstance(event, Frame)
+            if self._awaiting and not self._pipelines(event):
+                # copies are not confirmed yet: this frame and the rest wait for their receipts
+                at = next(i for i, e in enumerate(events) if e is event)
+                self._held, self._held_error = events[at:], error
+                out.hold = True
+                return out
             command = event.command
             nxt = self._client_moves.get(command)
             if nxt is None:
@@ -270,13 +290,15 @@ class Session:
                     return out
                 if isinstance(decision, Replace):
                     self._replace(decision, event, out)
-                    if self._awaiting:  # the rest waits for the broker's receipts
+                    if command != "DISCONNECT":
+                        continue
+                    if self._awaiting:  # it goes up once the copies are confirmed
+                        frames[command] -= 1  # counted when it is offered again
                         at = next(i for i, e in enumerate(events) if e is event)
-                        self._held = events[at + 1:]
-                        self._held_error = error
+                        self._held, self._held_error = events[at:], error
                         out.hold = True
                         return out
-                    continue
+                    decision = RELAY
                 if isinstance(decision, Refuse):
                     refusal = decision.refusal
                     stats.refusals[refusal.reason.name] += 1
@@ -313,6 +335,9 @@ class Session:
         if command == "UNSUBSCRIBE":
             consumers.unsubscribed(frame)
             return RELAY
+        if command == "DISCONNECT":  # leaving with deliveries unsettled fails them
+            lost = consumers.lost(self.principal)
+            return RELAY if lost is None else chain.on_settle(lost)
         settle = consumers.settle(frame, self.version, self.principal)
         if settle is None:
             return RELAY
@@ -387,9 +412,13 @@ class Session:
         for event in events:
             if event is HEARTBEAT:
                 stats.heartbeats["downstream"] += 1
+                if self._eat_eol:
+                    self._eat_eol = False
+                    continue
                 out.to_client.append(b"\n")
                 continue
             assert isinstance(event, Frame)
+            self._eat_eol = False
             command = event.command
             frames[command] += 1
             nxt = self._broker_moves.get(command)
@@ -401,6 +430,7 @@ class Session:
                 receipt_id = event.get("receipt-id") or ""
                 if receipt_id in self._awaiting:
                     self._receipted(receipt_id, out)
+                    self._eat_eol = True
                     continue
             if command == "MESSAGE" and self.screen.deliveries:
                 out.to_client.append(self._delivered(event))
@@ -420,6 +450,16 @@ class Session:
         return decision_bytes(decision, frame, self.version)
 
     # -- settlements replaced by copies ---------------------------------------------------
+    def _pipelines(self, frame: Frame) -> bool:
+        """Whether a client frame may go on while copies wait for their receipts: an ACK or a
+        NACK of one ``client-individual`` delivery outside a transaction settles nothing a
+        pending copy replaces, so a consumer that fails many messages is not held at one
+        broker round trip per failure. Anything else waits."""
+        if frame.command not in ("ACK", "NACK") or frame.get("transaction") is not None:
+            return False
+        consumers = self._consumers
+        return consumers is not None and consumers.individual(frame, self.version)
+
     def _replace(self, decision: Replace, frame: Frame | None, out: Output) -> None:
         """Put each copy with a receipt; acknowledge the originals when every receipt is in.
         An ABORT goes up first (it undoes the transaction's own acknowledgements); a NACK is
@@ -428,33 +468,33 @@ class Session:
         assert consumers is not None
         if frame is not None and frame.command == "ABORT":
             out.to_broker.append(frame.raw)
-        acks: list[bytes] = []
+        group = _Copies()
         for copy in decision.copies:
             original = consumers.take(copy.ack_id)
             if original is None:
                 continue
             if copy.destination is not None:
                 receipt = f"jms-bridge-{next(_receipts)}"
-                self._awaiting.add(receipt)
+                group.receipts.add(receipt)
+                self._awaiting[receipt] = group
                 out.to_broker.append(copy_frame(copy, original, receipt, self.version))
-            acks.append(ack_frame(original, self.version))
-        if acks and frame is not None and frame.command == "NACK":
+            group.acks.append(ack_frame(original, self.version))
+        if group.acks and frame is not None and frame.command == "NACK":
             asked = frame.get("receipt")
             if asked is not None:
-                acks[-1] = ack_frame(consumers.last_taken, self.version, asked)
-        if self._awaiting:
-            self._after += acks
-        else:
-            out.to_broker += acks
+                group.acks[-1] = ack_frame(consumers.last_taken, self.version, asked)
+        if not group.receipts:
+            out.to_broker += group.acks
 
     def _receipted(self, receipt_id: str, out: Output) -> None:
         """A receipt for a copy: once all are in, the originals are acknowledged and the
         client's held frames go on."""
-        self._awaiting.discard(receipt_id)
+        group = self._awaiting.pop(receipt_id)
+        group.receipts.discard(receipt_id)
+        if not group.receipts:
+            out.to_broker += group.acks
         if self._awaiting:
             return
-        out.to_broker += self._after
-        self._after = []
         if self._client_gone:
             out.close = "the client went away; its unsettled deliveries are settled"
             return

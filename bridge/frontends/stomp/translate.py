@@ -41,7 +41,7 @@ class Screen:
         if interest.subscribes:
             commands.add("SUBSCRIBE")
         if interest.settlements:
-            commands.update(("SUBSCRIBE", "UNSUBSCRIBE", *SETTLING))
+            commands.update(("SUBSCRIBE", "UNSUBSCRIBE", "DISCONNECT", *SETTLING))
         self.client_commands = frozenset(commands)
         self.deliveries = interest.deliveries or interest.settlements
 
@@ -202,6 +202,13 @@ class Consumers:
             self.forget(deliveries)
             return Settle(Settlement.ACK, deliveries, None, principal)
         return Settle(Settlement.NACK, deliveries, None, principal)
+
+    def individual(self, frame: Frame, version: str | None) -> bool:
+        """Whether an ACK or NACK names one unsettled delivery of a ``client-individual``
+        subscription."""
+        name = (frame.get("id") if version == "1.2" else frame.get("message-id")) or ""
+        entry = self.unsettled.get(name)
+        return entry is not None and self.modes.get(entry[0].subscription) == "client-individual"
 
     def lost(self, principal: Principal) -> Settle | None:
         """The connection ended: everything handed out and not settled (an ACK in a transaction
