@@ -29,10 +29,13 @@ SLOW = f"/amq/queue/jbt-aq-{RUN}-slow.*"  # delays, then a dead-letter queue
 NOW = f"/amq/queue/jbt-aq-{RUN}-now.*"  # redelivered at once, five times
 BAD = f"/amq/queue/jbt-aq-{RUN}-bad.*"  # the dead-letter target does not exist
 DELETE = f"/amq/queue/jbt-aq-{RUN}-delete.*"  # deleted at the first failure
+LATER = f"/amq/queue/jbt-aq-{RUN}-later.*"  # every redelivery after 300 ms
 POLICIES: dict[str, object] = {
     SLOW: "1:300; 3:move(queue:$.dlq)",
     NOW: "5:move(queue:$.dlq)",
     DELETE: "delete",
+    LATER: {"dialect": "weblogic", "redelivery-delay": 300, "redelivery-limit": 5,
+            "error-destination": f"/queue/jbt-aq-{RUN}-later-errors"},
     BAD: {"dialect": "weblogic", "redelivery-limit": 0,
           "error-destination": f"/exchange/jbt-aq-{RUN}-missing/x"},
 }
@@ -227,11 +230,15 @@ def test_recover_rollback_and_a_transactional_nack_are_failures(
     conn.close()
 
 
+@pytest.mark.parametrize("kind", ["later", "now"])
 @pytest.mark.parametrize("how", ["channel-close", "connection-close", "socket-drop"])
 def test_unacked_deliveries_of_a_closed_channel_or_connection_are_failures(
-    amqp_bridge: BridgeProcess, how: str,
+    amqp_bridge: BridgeProcess, how: str, kind: str,
 ) -> None:
-    queue = _queue("now")
+    """A delayed redelivery is the bridge's copy (through the staging queues); a redelivery
+    at once is left to the broker's requeue when the consumer leaves (a copy put then could be
+    dispatched to the departing consumer itself), counted by the redelivered flag."""
+    queue = _queue(kind)
     _send(amqp_bridge, queue, [b"left"])
     conn = _connect(amqp_bridge)
     channel = conn.channel()
@@ -251,7 +258,8 @@ def test_unacked_deliveries_of_a_closed_channel_or_connection_are_failures(
     got = inbox2.take(1)
     assert [b for _, _, b, _ in got] == [b"left"], amqp_bridge.log()[-3000:]
     assert _count(got[0][1]) == 2
-    assert not got[0][0].redelivered  # the bridge's copy, not the broker's requeue
+    # later: the bridge's copy, through the staging queues; now: the broker's requeue
+    assert got[0][0].redelivered is (kind == "now")
     ch2.basic_ack(got[0][0].delivery_tag)
     assert inbox2.quiet(0.3) == []
     ch2.queue_delete(queue)
@@ -387,7 +395,7 @@ def test_a_lost_transaction_is_rolled_back_and_its_deliveries_are_failures(
     """A consumer in a transaction acks and publishes, then goes away without a commit: the
     ack is undone (the delivery fails: JMSXDeliveryCount 2 next time) and the publish never
     happens; the bridge's own acknowledgements are committed on their own."""
-    queue, other = _queue("now"), _queue("now")
+    queue, other = _queue("later"), _queue("now")  # later: a staged copy, not a requeue
     _send(amqp_bridge, queue, [b"tx-lost"])
     conn = _connect(amqp_bridge)
     channel = conn.channel()

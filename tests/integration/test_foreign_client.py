@@ -15,8 +15,8 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest

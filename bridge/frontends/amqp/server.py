@@ -116,6 +116,8 @@ class AmqpRelay:
         self.stats.connections_total += 1
         try:
             await _Link(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # close(): the link is dropped (asyncio would log the cancelled task)
         finally:
             self._links.discard(task)
             self.stats.connections_open -= 1
