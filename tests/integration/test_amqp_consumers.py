@@ -21,7 +21,7 @@ import yaml
 
 from bridge.staging import envelope
 from policies.redelivery import Move, Redeliver, compile_table, decide
-from tests.integration.bridgeproc import BridgeProcess, free_port
+from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, require
 
 RUN = uuid.uuid4().hex[:6]
@@ -58,6 +58,8 @@ def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProc
     proc.amqp_port = port  # type: ignore[attr-defined]
     proc.staging_prefix = prefix  # type: ignore[attr-defined]
     proc.start()
+    # The AMQP listener opens after the STOMP one that start() waits for.
+    assert wait_port(port, 20, proc.proc), proc.log()
     yield proc
     assert proc.stop() == 0, proc.log()
 
