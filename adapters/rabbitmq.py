@@ -63,6 +63,7 @@ import pika.exceptions
 import structlog
 from pika.adapters.blocking_connection import BlockingChannel
 
+from adapters.amqp_types import overlay
 from adapters.base import (
     PER_DELIVERY,
     Held,
@@ -150,6 +151,7 @@ def amqp_properties(headers: Mapping[str, str]) -> pika.BasicProperties:
             raise ValueError(f"header name longer than 255 bytes: {name[:40]}...")
         table[name] = value
     props.headers = table or None
+    overlay(props, headers)  # an AMQP message's typed header table, where it carries one
     return props
 
 

@@ -25,6 +25,7 @@ from bridge.app import dlq_admin, logs
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
+from bridge.frontends.amqp.builders import PROTOCOL_HEADER
 from bridge.staging import tools
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
@@ -56,6 +57,27 @@ async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
     return None
 
 
+async def probe_amqp(target: Endpoint, timeout: float = 2.0) -> str | None:
+    """None when ``target`` answers AMQP 0-9-1's protocol header with a Connection.Start
+    (a method frame), else why not."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(target.host, target.port), timeout
+        )
+    except (TimeoutError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+    try:
+        writer.write(PROTOCOL_HEADER)
+        first = await asyncio.wait_for(reader.read(1), timeout)
+    except (TimeoutError, OSError) as exc:
+        return f"no answer to the AMQP protocol header: {exc or type(exc).__name__}"
+    finally:
+        writer.close()
+    if first != b"\x01":
+        return f"answered the AMQP protocol header with {first!r}, not Connection.Start"
+    return None
+
+
 def _unauthorized(why: str, challenge: str) -> web.Response:
     return web.json_response({"error": why}, status=401,
                              headers={"WWW-Authenticate": challenge})
@@ -75,8 +97,10 @@ class Admin:
         tokens: TokenFile | None = None,
         readiness: Callable[[], str | None] | None = None,
         queue_tools: Callable[[], QueueTools] | None = None,
+        upstream_amqp: Endpoint | None = None,
     ) -> None:
         self.metrics = metrics
+        self.upstream_amqp = upstream_amqp  # checked by /readyz when the AMQP listener is on
         self.broker = broker
         self.upstream = upstream
         self.staging = staging
@@ -148,6 +172,11 @@ class Admin:
     async def readyz(self, request: web.Request) -> web.Response:
         problem = self.readiness() or await probe(self.upstream)
         body = {"broker": self.broker, "upstream": str(self.upstream)}
+        if self.upstream_amqp is not None:
+            body["upstream_amqp"] = str(self.upstream_amqp)
+            amqp_problem = await probe_amqp(self.upstream_amqp)
+            if amqp_problem is not None:
+                problem = "; ".join(p for p in (problem, f"AMQP: {amqp_problem}") if p)
         if problem is None:
             return web.json_response({"status": "ready", **body})
         return web.json_response({"status": "not ready", "problem": problem, **body}, status=503)

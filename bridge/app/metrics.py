@@ -15,7 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from bridge.deadletter.stats import DeadLetterStats
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.amqp.framer import method_name
+from bridge.frontends.stats import AmqpStats, RelayStats
 
 
 class _RelayCollector(Collector):
@@ -66,6 +67,30 @@ class _RelayCollector(Collector):
                         "deleted, by reason.", "reason", s.dead_letters)
 
 
+class _AmqpCollector(Collector):
+    """What only the AMQP front-end counts: its method frames by name, and its channels."""
+
+    def __init__(self, stats: AmqpStats, prefix: str = "jms_bridge_amqp") -> None:
+        self.stats = stats
+        self.prefix = prefix
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        s, p = self.stats, self.prefix
+        yield GaugeMetricFamily(f"{p}_channels_open", "AMQP channels open now (client side).",
+                                value=s.channels_open)
+        yield CounterMetricFamily(f"{p}_channels", "AMQP channels opened by clients.",
+                                  value=s.channels_total)
+        frames = CounterMetricFamily(
+            f"{p}_methods_relayed",
+            "AMQP method frames, by method and direction (upstream = client to broker).",
+            labels=["method", "direction"],
+        )
+        for direction, tally in (("upstream", s.methods_up), ("downstream", s.methods_down)):
+            for index, n in sorted(tally.items()):
+                frames.add_metric([method_name(index), direction], n)
+        yield frames
+
+
 def _by_label(name: str, doc: str, label: str, tally: Tally[str]) -> CounterMetricFamily:
     family = CounterMetricFamily(name, doc, labels=[label])
     for key, n in sorted(tally.items()):
@@ -94,14 +119,15 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.relay = RelayStats()
-        self.amqp = RelayStats()
+        self.amqp = AmqpStats()
         self.deadletters = DeadLetterStats()
         self.registry.register(_RelayCollector(self.relay))
         self.registry.register(_DeadLetterCollector(self.deadletters))
 
-    def count_amqp(self) -> RelayStats:
+    def count_amqp(self) -> AmqpStats:
         """Export the AMQP front-end's counters too, as ``jms_bridge_amqp_*``."""
         self.registry.register(_RelayCollector(self.amqp, "jms_bridge_amqp"))
+        self.registry.register(_AmqpCollector(self.amqp))
         return self.amqp
 
     def render(self) -> bytes:

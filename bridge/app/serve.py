@@ -22,7 +22,6 @@ from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
 from bridge.frontends.amqp.server import AmqpRelay
-from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.stomp import Limits
 from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
@@ -170,6 +169,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         tokens=tokens,
         readiness=watch.readiness,
         queue_tools=lambda: dlq.queue_tools(settings),
+        upstream_amqp=bridge_amqp(settings) if settings.amqp_listen is not None else None,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
@@ -181,12 +181,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         loop.set_exception_handler(_quiet_tls_failures)
     amqp: AmqpRelay | None = None
     if settings.amqp_listen is not None:
-        # The same interceptors, on the same views: the consumer side is STOMP's only for now.
+        # The same interceptors, on the same views, for publishes and consumers alike.
         upstream_amqp = bridge_amqp(settings)
         # Shared with the STOMP side: the frame limit (as the largest body), the connection
         # limits (counted per listener) and the broker-away answer (a Connection.Close).
-        amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port,
-                         hook=PublishScreen(Chain([guard, delay])), stats=metrics.count_amqp(),
+        amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port, chain=chain,
+                         stats=metrics.count_amqp(),
                          max_body_size=settings.max_frame_bytes,
                          max_connections=settings.max_connections,
                          max_per_address=settings.max_connections_per_address,

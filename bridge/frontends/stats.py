@@ -27,3 +27,15 @@ class RelayStats:
         # and how often a client was told to wait because their sum was at the budget.
         self.buffered_bytes = 0
         self.budget_pauses = 0
+
+
+class AmqpStats(RelayStats):
+    """The AMQP front-end's counters: method frames by method index (named when exported),
+    channels, and the rest as the STOMP relay's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.methods_up: Tally[int] = Tally()  # method index -> n, client to broker
+        self.methods_down: Tally[int] = Tally()
+        self.channels_open = 0
+        self.channels_total = 0

@@ -45,6 +45,10 @@ QUEUE_PREFIXES = ("/queue/", "/amq/queue/")
 _NOT_COPIED = PER_DELIVERY | {"x-delivery-count", JMSX_DELIVERY_COUNT, "receipt", "transaction"}
 
 
+# The stamps of the first delivery counts, made once (a Stamp is a frozen value).
+_STAMPS: dict[int, Stamp] = {}
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -89,7 +93,13 @@ class RedeliveryInterceptor(Interceptor):
         self.sinks = tuple(sinks)
 
     def on_delivery(self, delivery: Delivery) -> Decision:
-        return Stamp(((JMSX_DELIVERY_COUNT, str(delivery_count(delivery.headers))),))
+        count = delivery_count(delivery.headers)
+        stamp = _STAMPS.get(count)
+        if stamp is None:
+            stamp = Stamp(((JMSX_DELIVERY_COUNT, str(count)),))
+            if count < 64:
+                _STAMPS[count] = stamp
+        return stamp
 
     def on_settle(self, settle: Settle) -> Decision:
         if settle.outcome is Settlement.ACK:

@@ -232,6 +232,9 @@ def amqp(data: bytes) -> None:
                 except Refused:
                     conn.refuse(event.channel, "refused")
                     continue
+                except AmqpProtocolError as exc:  # properties pamqp cannot read, when read:
+                    assert exc.reply()  # the relay closes the connection with this
+                    return
                 assert replaced is None or type(replaced) is bytes
 
 

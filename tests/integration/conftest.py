@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pika
 import pytest
 
-from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.staging_util import management
 
@@ -46,6 +46,29 @@ def bridge(
     yield proc
     code = proc.stop()
     assert code == 0, f"bridge exited {code} on SIGTERM; log:\n{proc.log()}"
+
+
+@pytest.fixture(scope="session")
+def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+    """A bridge on RabbitMQ with its AMQP 0-9-1 listener on (``amqp_port``), shared by the
+    tests of AMQP clients that need no configuration of their own. Its staging queues are its
+    own (``staging_prefix``): another bridge on the same broker (another test session's) must
+    not release its staged messages."""
+    broker = BROKERS["rabbitmq"]
+    require(broker)
+    port = free_port()
+    prefix = f"jbt-staging-{uuid.uuid4().hex[:8]}"
+    proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp_path_factory.mktemp("amqp") / "bridge.log",
+                         extra=["--amqp-listen", f"127.0.0.1:{port}",
+                                "--staging-prefix", prefix])
+    proc.amqp_port = port  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix  # type: ignore[attr-defined]
+    proc.start()
+    # The AMQP listener opens after the STOMP one that start() waits for.
+    assert wait_port(port, 20, proc.proc), proc.log()
+    yield proc
+    assert proc.stop() == 0, proc.log()
 
 
 @pytest.fixture

@@ -14,23 +14,9 @@ import pika.exceptions
 import pytest
 
 from bridge.staging import envelope
-from tests.integration.bridgeproc import BridgeProcess, free_port
-from tests.integration.brokers import BROKERS, require
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import BROKERS
 from tests.integration.clients import connect
-
-
-@pytest.fixture(scope="module")
-def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
-    broker = BROKERS["rabbitmq"]
-    require(broker)
-    port = free_port()
-    proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
-                         tmp_path_factory.mktemp("amqp") / "bridge.log",
-                         extra=["--amqp-listen", f"127.0.0.1:{port}"])
-    proc.amqp_port = port  # type: ignore[attr-defined]
-    proc.start()
-    yield proc
-    assert proc.stop() == 0, proc.log()
 
 
 def _connect(bridge: BridgeProcess, password: str = "guest") -> pika.BlockingConnection:
@@ -70,7 +56,8 @@ def test_plain_publish_and_consume_are_relayed(amqp_bridge: BridgeProcess, amqp_
     channel.basic_publish("", amqp_queue, b"plain", props)
     got = _get(channel, amqp_queue, 5)
     assert got is not None and got[1] == b"plain"
-    assert got[0].headers == {"n": 7, "s": "x"} and got[0].content_type == "text/plain"
+    assert got[0].headers == {"n": 7, "s": "x", "JMSXDeliveryCount": 1}
+    assert got[0].content_type == "text/plain"
     conn.close()
 
 
@@ -129,7 +116,7 @@ def test_a_delayed_amqp_publish_can_be_consumed_over_stomp(
 @pytest.mark.parametrize(("headers", "routing", "reason"), [
     ({"x-delay": -5}, None, "MQRC_OPTIONS_ERROR"),
     ({"x-delay": 5000}, None, None),  # with expiration below: MQRC_EXPIRY_ERROR
-    ({"x-delay": 10}, "jms-bridge.staging.L3", "MQRC_NOT_AUTHORIZED"),
+    ({"x-delay": 10}, "{staging}.L3", "MQRC_NOT_AUTHORIZED"),
 ])
 def test_refusals_close_the_channel_with_406_and_the_reason(
     amqp_bridge: BridgeProcess, amqp_queue: str, headers: dict, routing: str | None,
@@ -143,7 +130,8 @@ def test_refusals_close_the_channel_with_406_and_the_reason(
         props.expiration = "1000"
         reason = "MQRC_EXPIRY_ERROR"
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
-        channel.basic_publish("", routing or amqp_queue, b"no", props)
+        channel.basic_publish("", (routing or amqp_queue).format(
+            staging=amqp_bridge.staging_prefix), b"no", props)  # type: ignore[attr-defined]
     assert closed.value.reply_code == 406
     assert closed.value.reply_text.startswith(reason), closed.value.reply_text
     other = conn.channel()  # the connection carries on
@@ -165,3 +153,44 @@ def test_publishes_in_a_rolled_back_transaction_are_not_staged(
     got = _get(channel, amqp_queue, 10)
     assert got is not None and got[1] == b"tx2"
     conn.close()
+
+
+def test_metrics_count_amqp_connections_channels_methods_bytes_and_refusals(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    before = {
+        "connections": amqp_bridge.metric("jms_bridge_amqp_connections_total"),
+        "channels": amqp_bridge.metric("jms_bridge_amqp_channels_total"),
+        "publishes": amqp_bridge.metric("jms_bridge_amqp_methods_relayed_total",
+                                        method="Basic.Publish", direction="upstream"),
+        "bytes": amqp_bridge.metric("jms_bridge_amqp_bytes_relayed_total",
+                                    direction="upstream"),
+        "refused": amqp_bridge.metric("jms_bridge_amqp_sends_refused_total",
+                                      reason="MQRC_OPTIONS_ERROR"),
+    }
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for _ in range(3):
+        channel.basic_publish("", amqp_queue, b"counted")
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_open") >= 1
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+        channel.basic_publish("", amqp_queue, b"no",
+                              pika.BasicProperties(headers={"x-delay": "soon"}))
+    conn.close()
+    assert amqp_bridge.metric("jms_bridge_amqp_connections_total") == before["connections"] + 1
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_total") == before["channels"] + 1
+    assert amqp_bridge.metric("jms_bridge_amqp_methods_relayed_total", method="Basic.Publish",
+                              direction="upstream") == before["publishes"] + 4  # + refused
+    assert amqp_bridge.metric("jms_bridge_amqp_methods_relayed_total", method="Basic.Ack",
+                              direction="downstream") >= 3
+    assert amqp_bridge.metric("jms_bridge_amqp_bytes_relayed_total",
+                              direction="upstream") > before["bytes"] + 3 * len(b"counted")
+    assert amqp_bridge.metric("jms_bridge_amqp_sends_refused_total",
+                              reason="MQRC_OPTIONS_ERROR") == before["refused"] + 1
+
+
+def test_readyz_checks_the_amqp_upstream_too(amqp_bridge: BridgeProcess) -> None:
+    status, body = amqp_bridge.http("/readyz")
+    assert status == 200, body
+    assert ":5672" in json.loads(body)["upstream_amqp"], body

@@ -109,3 +109,21 @@ def test_a_dot_before_a_non_ascii_digit_is_invalid_not_a_hang() -> None:
         parse(hang.decode("utf-8", "replace"))
     with pytest.raises(InvalidSelector, match="unexpected character"):
         parse("a = .\u06601")
+
+
+def test_properties_decoded_when_read_are_502_from_the_publish_screen() -> None:
+    """Found by the amqp target once content headers were walked on arrival and decoded only
+    when read: a publish whose content type is not UTF-8 (in bounds, so the walk passes it)
+    is a 502 when the publish screen reads it (it names a delay header), which the relay
+    sends as Connection.Close; it is never another exception."""
+    from bridge.frontends.amqp import AmqpProtocolError, Message, ProxyConnection
+    from bridge.frontends.amqp.builders import PROTOCOL_HEADER
+
+    bad = (CORPUS / "amqp" / "regression-lazy-properties-bad-utf8").read_bytes()
+    conn = ProxyConnection()
+    events = conn.client_data(PROTOCOL_HEADER + targets.HANDSHAKE + bad[2:])
+    (message,) = [e for e in events if type(e) is Message]
+    with pytest.raises(AmqpProtocolError) as info:
+        targets._run(targets._SCREEN(message, conn))
+    assert info.value.reply_code == 502 and "content header" in info.value.reply_text
+    assert info.value.reply().startswith(b"\x01\x00\x00")

@@ -7,10 +7,11 @@ changes (a staged copy), split into body frames by the negotiated frame_max.
 
 from __future__ import annotations
 
-from pamqp import body as pbody
 from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
+
+from bridge.frontends.amqp.tables import encode_table
 
 # What AMQP 0-9-1 peers open with, and what RabbitMQ answers a client that sent anything else.
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -53,12 +54,50 @@ def content_frames(
     limit = (frame_max or DEFAULT_FRAME_MAX) - FRAME_OVERHEAD
     if limit <= 0:
         raise ValueError(f"frame_max {frame_max} leaves no room for a body")
-    parts = [pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)]
+    table = properties.headers
+    if table:  # written here: pamqp 3.3 gets negative integers and floats wrong
+        properties.headers = None
+        try:
+            header = pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)
+        finally:
+            properties.headers = table
+        header = with_table(header, encode_table(table))
+    else:
+        header = pframe.marshal(pheader.ContentHeader(0, len(body), properties), channel)
+    parts: list[bytes | memoryview] = [header]
+    head = b"\x03" + channel.to_bytes(2, "big")
     view = memoryview(body)
     for start in range(0, len(body), limit):
-        chunk = bytes(view[start : start + limit])
-        parts.append(pframe.marshal(pbody.ContentBody(chunk), channel))
+        chunk = view[start : start + limit]
+        parts += (head, len(chunk).to_bytes(4, "big"), chunk, b"\xce")
     return b"".join(parts)
+
+
+def publish_method(channel: int, exchange: str, routing_key: str, mandatory: bool) -> bytes:
+    """A Basic.Publish method frame, written directly (it is one per rewritten publish)."""
+    ex, key = exchange.encode(), routing_key.encode()
+    if len(ex) > 255 or len(key) > 255:
+        raise ValueError("an exchange name or routing key longer than 255 bytes")
+    payload = (b"\x00\x3c\x00\x28\x00\x00" + bytes((len(ex),)) + ex + bytes((len(key),)) + key
+               + (b"\x01" if mandatory else b"\x00"))
+    size = len(payload).to_bytes(4, "big")
+    return b"\x01" + channel.to_bytes(2, "big") + size + payload + b"\xce"
+
+
+def with_table(raw: bytes, table: bytes) -> bytes:
+    """A content header frame without a header table, with ``table`` (its bytes, length
+    first) put where the properties hold it: after content-type and content-encoding."""
+    flags_at = 19
+    flags = int.from_bytes(raw[flags_at:flags_at + 2], "big")
+    if flags & 0x2000:
+        raise ValueError("the content header has a table already")
+    pos = flags_at + 2
+    for flag in (0x8000, 0x4000):
+        if flags & flag:
+            pos += 1 + raw[pos]
+    payload = (raw[7:flags_at] + (flags | 0x2000).to_bytes(2, "big") + raw[flags_at + 2:pos]
+               + table + raw[pos:-1])
+    return raw[:3] + len(payload).to_bytes(4, "big") + payload + b"\xce"
 
 
 def publish_frames(

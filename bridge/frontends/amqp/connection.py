@@ -21,10 +21,12 @@ reopen the channel before the broker has the bridge's Close, since that went fir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Final
 
 from pamqp import commands
+from pamqp import frame as pframe
 
 from bridge.frontends.amqp.assembler import BROKER_CONTENT, CLIENT_CONTENT, Assembler, Message
 from bridge.frontends.amqp.builders import channel_close, channel_close_ok
@@ -54,6 +56,7 @@ OPEN: Final = _C.Open.index
 CLOSE: Final = _C.Close.index
 CLOSE_OK: Final = _C.CloseOk.index
 UPDATE_SECRET: Final = _C.UpdateSecret.index
+TUNE: Final = _C.Tune.index
 CHANNEL_CLOSE: Final = commands.Channel.Close.index
 CHANNEL_CLOSE_OK: Final = commands.Channel.CloseOk.index
 
@@ -142,7 +145,8 @@ class ProxyConnection:
     """The protocol state of one client connection and its upstream connection."""
 
     def __init__(
-        self, *, max_body_size: int = MAX_BODY_SIZE, assemble_broker: bool = False
+        self, *, max_body_size: int = MAX_BODY_SIZE, assemble_broker: bool = False,
+        reserve_channel: bool = False,
     ) -> None:
         self.state = State.HANDSHAKE
         self.frame_max = 0  # agreed by Connection.Tune-Ok; 0 until then (or "no limit")
@@ -159,6 +163,15 @@ class ProxyConnection:
             Assembler(BROKER_CONTENT, max_body_size=1 << 62) if assemble_broker else None
         )
         self._closing: dict[int, _Closing] = {}
+        # The bridge's own channel (``reserve_channel``): the broker's highest, kept from the
+        # client by telling it a channel_max one lower. None until Tune-Ok, or when the broker
+        # allows a single channel.
+        self.reserve_channel = reserve_channel
+        self.own_channel: int | None = None
+        self._offered_channel_max = 0
+        # Told of every channel the bridge closes (its frames from the broker are dropped
+        # until the broker's Close-Ok): whoever tracks the channel's deliveries forgets them.
+        self.on_refused: Callable[[int], None] | None = None
 
     # -- client -> broker -------------------------------------------------------------------
     def client_data(self, data: bytes) -> list[Event]:
@@ -194,8 +207,7 @@ class ProxyConnection:
         if channel == 0 and frame.type == FRAME_METHOD:
             index = frame.method_index
             if index >> 16 == _C.frame_id:
-                self._connection_method(frame, index)
-                out.append(frame)
+                out.append(self._connection_method(frame, index))
                 return
             if index not in CLIENT_CONTENT:
                 raise AmqpProtocolError(
@@ -209,6 +221,11 @@ class ProxyConnection:
                 ReplyCode.UNEXPECTED_FRAME,
                 f"frame on channel {channel} before Connection.Open",
             )
+        elif channel == self.own_channel:
+            raise AmqpProtocolError(
+                ReplyCode.CHANNEL_ERROR,
+                f"channel {channel} is above the channel_max of {channel - 1} agreed",
+            )
         try:
             event = self._publishes.receive(frame)
         except AmqpProtocolError as exc:
@@ -220,7 +237,7 @@ class ProxyConnection:
         if event is not None:
             out.append(event)
 
-    def _connection_method(self, frame: Frame, index: int) -> None:
+    def _connection_method(self, frame: Frame, index: int) -> Frame:
         following = CLIENT_TRANSITIONS.get((self.state, index))
         if following is None:
             raise AmqpProtocolError(
@@ -240,7 +257,28 @@ class ProxyConnection:
             self.heartbeat = tune.heartbeat
             self._client.frame_max = tune.frame_max
             self._broker.frame_max = tune.frame_max
+            if self._offered_channel_max:
+                frame = self._reserve(tune)
         self.state = following
+        return frame
+
+    def _reserve(self, tune: _C.TuneOk) -> Frame:
+        """The client's Tune-Ok with the channel it may not use added back for the broker."""
+        agreed = tune.channel_max or self._offered_channel_max
+        self.own_channel = agreed + 1
+        raw = pframe.marshal(_C.TuneOk(agreed + 1, tune.frame_max, tune.heartbeat), 0)
+        return Frame(FRAME_METHOD, 0, raw)
+
+    def _tuned(self, frame: Frame) -> Frame:
+        """The broker's Connection.Tune with one channel fewer for the client."""
+        tune = frame.method
+        assert isinstance(tune, _C.Tune)
+        top = tune.channel_max or 0xFFFF
+        if top < 2:
+            return frame  # a single channel: none to spare, the bridge has no channel
+        self._offered_channel_max = top - 1
+        raw = pframe.marshal(_C.Tune(top - 1, tune.frame_max, tune.heartbeat), 0)
+        return Frame(FRAME_METHOD, 0, raw)
 
     def _closing_client(self, frame: Frame, out: list[Event]) -> bool:
         """Whether a client frame on a channel the bridge closed is consumed here."""
@@ -275,6 +313,9 @@ class ProxyConnection:
                 following = BROKER_TRANSITIONS.get(frame.method_index)
                 if following is not None and self.state is not State.CLOSED:
                     self.state = following
+                elif (frame.method_index == TUNE and self.reserve_channel
+                      and self.state is State.HANDSHAKE):
+                    frame = self._tuned(frame)
             if self._deliveries is not None:
                 event = self._deliveries.receive(frame)
                 if event is not None:
@@ -321,6 +362,8 @@ class ProxyConnection:
         if channel in self._closing:
             return []  # already closing: one Close per side
         self._closing[channel] = _Closing()
+        if self.on_refused is not None:
+            self.on_refused(channel)
         return [
             Answer(channel_close(channel, reply_code, reply_text, class_id, method_id)),
             Forward(channel_close(channel, ReplyCode.REPLY_SUCCESS, "closed by jms-bridge")),

@@ -14,16 +14,22 @@ import argparse
 import asyncio
 import inspect
 import itertools
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable
 
 import structlog
+from pamqp import commands
 
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
+from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
-from bridge.frontends.amqp.framer import MAX_BODY_SIZE
+from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY_SIZE, Frame
 from bridge.frontends.amqp.refusal import refuse
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.amqp.settling import ConsumerSide
+from bridge.frontends.amqp.translate import PublishScreen
+from bridge.frontends.stats import AmqpStats
+from bridge.intercept.chain import Chain
 from policies.errors import Refused
 
 # The interception layer's hook: called with each whole client Basic.Publish and its
@@ -36,7 +42,23 @@ PublishHook = Callable[
 ]
 
 READ_SIZE = 256 * 1024
+# Rewritten publishes (staged copies) cost the relay far more than relayed ones: a chunk's are
+# written up this many at a time, so the broker confirms the first while the rest are made.
+FLUSH_EVERY = 16
 _ids = itertools.count(1)
+
+
+CHANNEL_OPEN_OK = commands.Channel.OpenOk.index
+CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
+
+
+class _GiveUp(Exception):
+    """The link cannot go on: close both sides."""
+
+
+def _consumer_side(chain: Chain) -> bool:
+    interest = chain.interest
+    return interest.deliveries or interest.settlements or interest.subscribes
 
 
 class AmqpRelay:
@@ -48,9 +70,10 @@ class AmqpRelay:
         upstream_port: int,
         *,
         hook: PublishHook | None = None,
+        chain: Chain | None = None,
         max_body_size: int = MAX_BODY_SIZE,
         connect_timeout: float = 10.0,
-        stats: RelayStats | None = None,
+        stats: AmqpStats | None = None,
         max_connections: int = 10_000,
         max_per_address: int = 1_000,
         readiness: Callable[[], str | None] = lambda: None,
@@ -60,7 +83,12 @@ class AmqpRelay:
         self.max_per_address = max_per_address
         self._by_address: dict[str, int] = {}
         self.upstream = (upstream_host, upstream_port)
-        self.stats = stats or RelayStats()
+        self.stats = stats or AmqpStats()
+        # With a chain: its publishes screened (unless a hook is given), and its consumer
+        # side (deliveries stamped, failures replaced, consumes guarded) when it asks for it.
+        if chain is not None and hook is None and chain.interest.sends:
+            hook = PublishScreen(chain)
+        self.chain = chain if chain is not None and _consumer_side(chain) else None
         self.hook = hook
         self.max_body_size = max_body_size
         self.connect_timeout = connect_timeout
@@ -105,6 +133,8 @@ class AmqpRelay:
         self.stats.connections_total += 1
         try:
             await _Link(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # close(): the link is dropped (asyncio would log the cancelled task)
         finally:
             self._links.discard(task)
             left = self._by_address.get(address, 1) - 1
@@ -132,12 +162,19 @@ class _Link:
         self, relay: AmqpRelay, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.relay = relay
-        self.conn = ProxyConnection(max_body_size=relay.max_body_size)
+        chain = relay.chain
+        self.conn = ProxyConnection(max_body_size=relay.max_body_size,
+                                    assemble_broker=chain is not None,
+                                    reserve_channel=chain is not None)
         self.client_r, self.client_w = reader, writer
         self.up_r: asyncio.StreamReader | None = None
         self.up_w: asyncio.StreamWriter | None = None
         peer = writer.get_extra_info("peername")
         self.log = relay.log.bind(conn=next(_ids), peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
+                     if chain is not None else None)
+        self.client_gone = False
+        self.channels = 0  # open (Channel.Open-Ok seen, Close-Ok not yet)
 
     async def run(self) -> None:
         host, port = self.relay.upstream
@@ -148,7 +185,7 @@ class _Link:
                          f"{not_ready}")
             return
         try:
-            self.up_r, self.up_w = await asyncio.wait_for(
+            self.up_r, up_w = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=READ_SIZE), self.relay.connect_timeout
             )
         except (OSError, TimeoutError) as exc:
@@ -159,14 +196,22 @@ class _Link:
                          f"MQRC_HOST_NOT_AVAILABLE (2538): RabbitMQ AMQP at {host}:{port} is not "
                          f"reachable: {reason}")
             return
+        self.up_w = up_w
+        if self.side is not None:
+            self.side.attach(up_w.write)
         up = asyncio.create_task(self._client_to_broker())
         down = asyncio.create_task(self._broker_to_client())
         try:
-            await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    self.log.error("link failed", error=repr(task.exception()))
         finally:
             for task in (up, down):
                 task.cancel()
             await asyncio.gather(up, down, return_exceptions=True)
+            self.relay.stats.channels_open -= self.channels
+            self.channels = 0
             self.client_w.close()
             if self.up_w is not None:
                 self.up_w.close()
@@ -174,43 +219,137 @@ class _Link:
     async def _client_to_broker(self) -> None:
         assert self.up_w is not None
         read = self.client_r.read
+        stats = self.relay.stats
         while True:
-            data = await read(READ_SIZE)
+            try:
+                data = await read(READ_SIZE)
+            except OSError:
+                data = b""
             if not data:
+                self.client_gone = True
+                if self.side is not None:  # its unsettled deliveries are failures
+                    await self._settle_lost()
                 return  # client gone: the link closes both sides
+            stats.bytes["upstream"] += len(data)
             try:
                 events = self.conn.client_data(data)
             except AmqpProtocolError as exc:
                 self.relay.protocol_errors += 1
+                stats.protocol_errors[exc.kind] += 1
+                self._count(exc.events, stats.methods_up)
                 self.log.info("client protocol error", code=exc.reply_code, text=exc.reply_text)
                 await self._carry(exc.events)
                 self.client_w.write(exc.reply())
                 await self.client_w.drain()
                 return
-            await self._carry(events)
+            self._count(events, stats.methods_up)
+            try:
+                await self._carry(events)
+            except _GiveUp:
+                return
+            except AmqpProtocolError as exc:  # properties pamqp cannot read, found when read
+                stats.protocol_errors[exc.kind] += 1
+                self.log.info("client protocol error", code=exc.reply_code, text=exc.reply_text)
+                self.client_w.write(exc.reply())
+                await self.client_w.drain()
+                return
+
+    def _count(self, events: list[Event], tally: Tally[int]) -> None:
+        """Method frames by method, heartbeats, and the channels a client opens and closes."""
+        stats = self.relay.stats
+        own = self.conn.own_channel
+        for event in events:
+            kind = type(event)
+            if kind is Frame:
+                if event.channel == own:  # type: ignore[union-attr]
+                    continue  # the bridge's own channel: not the client's traffic
+                if event.type == FRAME_METHOD:  # type: ignore[union-attr]
+                    index = event.method_index  # type: ignore[union-attr]
+                    tally[index] += 1
+                    if index == CHANNEL_OPEN_OK:
+                        stats.channels_open += 1
+                        stats.channels_total += 1
+                        self.channels += 1
+                    elif index == CHANNEL_CLOSE_OK and self.channels:
+                        stats.channels_open -= 1
+                        self.channels -= 1
+                elif event.type == FRAME_HEARTBEAT:  # type: ignore[union-attr]
+                    stats.heartbeats["upstream" if tally is stats.methods_up
+                                     else "downstream"] += 1
+            elif kind is Message and event.channel != own:  # type: ignore[union-attr]
+                tally[event.method_frame.method_index] += 1  # type: ignore[union-attr]
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""
         assert self.up_w is not None
         up: list[bytes] = []
         back: list[bytes] = []
+        side = self.side
+        rewritten = 0
         for event in events:
+            if side is not None and type(event) is Frame:
+                found = side.client_frame(event)
+                if found is DROP:
+                    continue
+                if isinstance(found, Failure):
+                    self._flush(up, back)
+                    up, back = [], []
+                    await self._settle(found)
+                    continue
+                if found is not None:  # a refusal's Channel.Close both ways
+                    for made in found:  # type: ignore[union-attr]
+                        (back if type(made) is Answer else up).append(made.raw)
+                    continue
             if type(event) is Message:
                 out = await self._offer(event)
                 if isinstance(out, bytes):
+                    if out is not event.raw:
+                        rewritten += 1
                     up.append(out)
                 else:
                     for made in out:
                         (back if type(made) is Answer else up).append(made.raw)
+                if rewritten >= FLUSH_EVERY:  # the broker starts on them while we go on
+                    self._flush(up, back)
+                    up, back, rewritten = [], [], 0
             elif type(event) is Answer:
                 back.append(event.raw)
             else:
                 up.append(event.raw)
+        self._flush(up, back)
+        await self.up_w.drain()
+
+    def _flush(self, up: list[bytes], back: list[bytes]) -> None:
+        assert self.up_w is not None
         if back:
             self.client_w.write(b"".join(back))
         if up:
             self.up_w.write(b"".join(up))
-            await self.up_w.drain()
+
+    async def _settle(self, failure: Failure) -> None:
+        """A consumer's failure: the chain's replacement, carried out before anything else the
+        client sent goes up. A broker that does not confirm the copies in time ends the link
+        (the broker then has every unsettled delivery back)."""
+        assert self.side is not None
+        try:
+            answer = await self.side.settle(failure)
+        except TimeoutError:
+            self.log.error("copies not confirmed in time: closing the upstream connection, "
+                           "which gives the broker its deliveries back")
+            raise _GiveUp from None
+        if answer:
+            self.client_w.write(answer)
+
+    async def _settle_lost(self) -> None:
+        assert self.side is not None
+        try:
+            await self.side.client_lost()
+        except TimeoutError:
+            self.log.error("copies of a lost client's deliveries not confirmed in time")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the upstream closes: the broker has them
+            self.log.error("settling a lost client's deliveries failed", error=repr(exc))
 
     async def _offer(self, message: Message) -> bytes | list[Event]:
         """The hook's answer for one publish: bytes to send up, or the refusal's events."""
@@ -230,23 +369,40 @@ class _Link:
     async def _broker_to_client(self) -> None:
         assert self.up_r is not None and self.up_w is not None
         read = self.up_r.read
+        stats = self.relay.stats
         while True:
             data = await read(READ_SIZE)
             if not data:
-                await self.client_w.drain()
+                if self.side is not None:
+                    self.side.broker_lost("the broker closed the connection")
+                if not self.client_gone:
+                    await self.client_w.drain()
                 return  # broker closed: the client's connection goes too
             down: list[bytes] = []
             back: list[bytes] = []
-            for event in self.conn.broker_data(data):
+            side = self.side
+            stats.bytes["downstream"] += len(data)
+            events = self.conn.broker_data(data)
+            self._count(events, stats.methods_down)
+            for event in events:
                 if type(event) is Answer:
                     back.append(event.raw)
-                elif type(event) is not Forward:
+                elif type(event) is Forward:
+                    continue
+                elif side is not None:
+                    out = side.broker_event(event)
+                    if out is not None:
+                        down.append(out)
+                else:
                     down.append(event.raw)
             if back:
                 self.up_w.write(b"".join(back))
-            if down:
+            if down and not self.client_gone:
                 self.client_w.write(b"".join(down))
-                await self.client_w.drain()
+                try:
+                    await self.client_w.drain()
+                except OSError:
+                    self.client_gone = True
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -10,8 +10,10 @@ decoding anything: every length within the frame, every field type known, and at
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import struct
-from typing import Final
+from typing import Any, Final
 
 from pamqp import commands
 
@@ -123,3 +125,63 @@ def check_properties(payload: bytes) -> None:
     for name in props.__slots__:
         if flags & props.flags[name]:
             pos = walk.value(pos, getattr(props, "_" + name))
+
+
+def table_entries(table: bytes) -> list[tuple[bytes, int, int]]:
+    """(key, start, stop) of each top-level entry of a field table's contents (the bytes after
+    its length), bounds-checked as above; ValueError for a table that is not well formed."""
+    walk = _Walk(table)
+    out: list[tuple[bytes, int, int]] = []
+    pos, end = 0, len(table)
+    while pos < end:
+        start = pos
+        key_end = walk.need(pos + 1, table[pos], "table key")
+        pos = walk.field(key_end, end, 0)
+        out.append((table[start + 1:key_end], start, pos))
+    return out
+
+
+def encode_table(table: dict[str, Any]) -> bytes:
+    """A field table's bytes (its length first), in RabbitMQ's types: integers as signed 32 or
+    64 bits, floats as doubles. pamqp 3.3 cannot write an integer from -128 to -1 (it packs a
+    signed octet unsigned) and writes floats in single precision."""
+    body = b"".join(_key(k) + _field_value(v) for k, v in table.items())
+    return _LONG.pack(len(body)) + body
+
+
+def _key(name: str) -> bytes:
+    raw = name.encode()
+    if len(raw) > 255:
+        raise ValueError(f"table key longer than 255 bytes: {name[:40]}...")
+    return bytes((len(raw),)) + raw
+
+
+def _field_value(value: Any) -> bytes:
+    if isinstance(value, bool):
+        return b"t" + bytes((int(value),))
+    if isinstance(value, int):
+        if -(2**31) <= value < 2**31:
+            return b"I" + struct.pack(">i", value)
+        return b"l" + struct.pack(">q", value)
+    if isinstance(value, float):
+        return b"d" + struct.pack(">d", value)
+    if isinstance(value, decimal.Decimal):
+        places = max(-int(value.normalize().as_tuple().exponent), 0)
+        unscaled = int(value.scaleb(places))
+        return b"D" + struct.pack(">Bi", places, unscaled)
+    if isinstance(value, str):
+        raw = value.encode()
+        return b"S" + _LONG.pack(len(raw)) + raw
+    if isinstance(value, bytes | bytearray):
+        return b"x" + _LONG.pack(len(value)) + bytes(value)
+    if isinstance(value, datetime.datetime):
+        stamp = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+        return b"T" + struct.pack(">Q", int(stamp.timestamp()))
+    if isinstance(value, dict):
+        return b"F" + encode_table(value)
+    if isinstance(value, list):
+        body = b"".join(_field_value(v) for v in value)
+        return b"A" + _LONG.pack(len(body)) + body
+    if value is None:
+        return b"V"
+    raise ValueError(f"cannot write {type(value).__name__} {value!r} in a field table")

@@ -18,10 +18,12 @@ from typing import Any
 import pika
 from pamqp import commands
 
+from adapters import amqp_types
 from adapters.rabbitmq import amqp_properties, route, stomp_headers
 from bridge.frontends.amqp.assembler import Message
-from bridge.frontends.amqp.builders import publish_frames
+from bridge.frontends.amqp.builders import content_frames, publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
+from bridge.frontends.amqp.framer import plain_publish
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import Hold, Refuse, Rewrite
 from bridge.intercept.views import Principal, Send
@@ -81,17 +83,32 @@ class PublishScreen:
         interest = chain.interest
         self.names = interest.send_headers
         self.mentions = interest.send_mentions
+        # A header-table key as it is on the wire (its length octet, then its name), and a
+        # mention as it can be in an exchange or routing key: searched in the frames' bytes,
+        # so a publish nobody asked to see is never decoded.
+        self._keys = tuple(bytes((len(n.encode()),)) + n.encode() for n in sorted(self.names)
+                           if len(n.encode()) < 256)
+        self._mentioned = tuple(m.encode() for m in self.mentions)
 
     async def __call__(self, message: Message, conn: ProxyConnection) -> bytes | None:
-        publish = message.method
-        assert isinstance(publish, commands.Basic.Publish)
-        destination = destination_of(publish.exchange, publish.routing_key)
+        header = message.header_frame.raw
+        routing = message.method_frame.raw
+        if not any(k in header for k in self._keys) and not any(
+            m in routing for m in self._mentioned
+        ):
+            return None
+        exchange, routing_key, mandatory = publish_fields(message)
+        destination = destination_of(exchange, routing_key)
         table = message.properties.headers or {}
         if not any(n in table for n in self.names) and not any(
             m in destination for m in self.mentions
         ):
             return None
-        headers = {"destination": destination, **headers_of(message.properties)}
+        props = message.properties
+        headers = {"destination": destination, **headers_of(props)}
+        types = amqp_types.encode(props.headers, props.delivery_mode, drop=self.names)
+        if types is not None:  # the staged copy keeps the table's types for the release
+            headers[amqp_types.TYPES_HEADER] = types
         view = Send(destination, headers, message.body_size,
                     Principal(conn.login, conn.passcode, conn.vhost))
         decision = self.chain.on_send(view)
@@ -104,7 +121,22 @@ class PublishScreen:
             return None
         staged = dict(decision.headers)  # first wins was applied when they were made
         where = route(decision.destination)
-        method = commands.Basic.Publish(exchange=where.exchange, routing_key=where.routing_key,
-                                        mandatory=publish.mandatory)
-        return publish_frames(message.channel, method, properties_of(staged), message.body,
-                              conn.frame_max)
+        method = publish_method(message.channel, where.exchange, where.routing_key, mandatory)
+        return method + content_frames(message.channel, properties_of(staged), message.body,
+                                       conn.frame_max)
+
+
+def publish_fields(message: Message) -> tuple[str, str, bool]:
+    """(exchange, routing key, mandatory) of a Basic.Publish, read off its bytes when it has
+    the plain layout (``framer``), else decoded."""
+    raw = message.method_frame.raw
+    if plain_publish(raw):
+        at = 13
+        exchange = raw[at + 1:at + 1 + raw[at]]
+        at += 1 + raw[at]
+        key = raw[at + 1:at + 1 + raw[at]]
+        at += 1 + raw[at]
+        return exchange.decode(), key.decode(), bool(raw[at] & 1)
+    publish = message.method
+    assert isinstance(publish, commands.Basic.Publish)
+    return publish.exchange, publish.routing_key, bool(publish.mandatory)

@@ -1,0 +1,139 @@
+"""The types of an AMQP message's header table, carried through the STOMP-shaped path.
+
+Messages cross the staging interface as STOMP headers (strings), so an AMQP header table's
+integers would come back as strings and its booleans, floats, byte strings, timestamps and
+nested tables not at all. A message that entered through the AMQP front-end therefore carries
+its typed table (and its delivery mode) in one more header, ``TYPES_HEADER``: an AMQP field
+table, base64. Whoever turns STOMP headers back into AMQP properties (``amqp_properties``) lays
+the typed values back over the strings:
+
+- an entry whose string is the one the STOMP view made of the typed value gets the typed value;
+- an entry the STOMP view could not show (it dropped it) comes back typed, unless it was
+  removed on the way (its name is not in ``TYPES_HEADER``'s table, or is named in ``removed``);
+- an entry whose string changed keeps the new string (the bridge changed it on purpose).
+
+The header stays on a staged copy (it has ``STAGED_MARK``) and is removed from anything else:
+the released message, a dead letter, a redelivered copy carry the typed table and no marker.
+pika, which the staging engine publishes with, cannot write floats: a float comes back as a
+``decimal.Decimal`` of the same value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import decimal
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import pika
+from pika import data as pdata  # type: ignore[attr-defined]
+from pika import exceptions as pexceptions
+
+TYPES_HEADER = "x-jms-bridge-amqp-types"
+# A staged copy's own header (bridge.staging.envelope.TARGET): the types stay on such a copy.
+STAGED_MARK = "jms-bridge-target"
+_HEADERS = "headers"
+_DELIVERY_MODE = "delivery-mode"
+
+
+def shown(value: Any) -> str | None:
+    """What the STOMP view shows of a header-table value (``adapters.rabbitmq.stomp_headers``):
+    a string or an integer as text; None for what it drops."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def _writable(value: Any) -> Any:
+    """``value`` as pika can write it: floats (in lists and tables too) as Decimals."""
+    if isinstance(value, float):
+        return decimal.Decimal(repr(value))
+    if isinstance(value, dict):
+        return {k: _writable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_writable(v) for v in value]
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def encode(table: Mapping[str, Any] | None, delivery_mode: int | None = None,
+           *, drop: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """``TYPES_HEADER``'s value for a typed header table (less the entries named in ``drop``)
+    and delivery mode; None when there is nothing a STOMP view would lose."""
+    kept = {k: _writable(v) for k, v in (table or {}).items() if k not in drop}
+    lossy = any(shown(v) is None or not isinstance(v, str) for v in kept.values())
+    mode_lost = delivery_mode is not None and delivery_mode != 2
+    if not lossy and not mode_lost:
+        return None
+    if not kept and delivery_mode in _MODE_ONLY:
+        return _MODE_ONLY[delivery_mode]
+    outer: dict[str, Any] = {_HEADERS: kept}
+    if delivery_mode is not None:
+        outer[_DELIVERY_MODE] = delivery_mode
+    pieces: list[bytes] = []
+    try:
+        pdata.encode_table(pieces, outer)
+    except (pexceptions.UnsupportedAMQPFieldException, ValueError, OverflowError):
+        return None  # something even pika cannot write: the strings will do
+    return base64.b64encode(b"".join(pieces)).decode()
+
+
+@functools.lru_cache(maxsize=256)
+def decode(text: str) -> tuple[dict[str, Any], int | None] | None:
+    """The typed table and delivery mode ``encode`` wrote; None for anything else. Cached (a
+    producer's messages mostly carry the same types): the table returned is not to be
+    changed."""
+    try:
+        raw = base64.b64decode(text.encode(), validate=True)
+        outer, _ = pdata.decode_table(raw, 0)
+    except (binascii.Error, ValueError, TypeError, IndexError, KeyError, UnicodeError,
+            pexceptions.InvalidFieldTypeException):
+        return None
+    table = outer.get(_HEADERS)
+    mode = outer.get(_DELIVERY_MODE)
+    if not isinstance(table, dict):
+        return None
+    return table, mode if isinstance(mode, int) else None
+
+
+def overlay(props: pika.BasicProperties, headers: Mapping[str, str],
+            removed: frozenset[str] = frozenset()) -> None:
+    """Lay the types carried in ``props.headers[TYPES_HEADER]`` back over ``props`` (built from
+    the STOMP ``headers``), and drop the marker unless this is a staged copy."""
+    found_table = props.headers
+    if not found_table or TYPES_HEADER not in found_table:
+        return
+    table: dict[str, Any] = dict(found_table)
+    text = table[TYPES_HEADER]
+    if STAGED_MARK not in headers:
+        del table[TYPES_HEADER]
+    found = decode(text) if isinstance(text, str) else None
+    if found is None:
+        props.headers = table or None
+        return
+    typed, mode = found
+    for name, value in typed.items():
+        if name in removed:
+            continue
+        view = shown(value)
+        if name in table:
+            if view is not None and table[name] == view:
+                table[name] = value
+        elif view is None:
+            table[name] = value
+    if mode is not None and props.delivery_mode is None and headers.get("persistent") == str(mode):
+        props.delivery_mode = mode
+    props.headers = table or None
+
+
+# The types of a message with no table entries to keep and a transient delivery mode (the most
+# common case that needs one), written once.
+_MODE_ONLY: dict[int | None, str] = {}
+_MODE_ONLY[1] = encode({}, 1) or ""

@@ -1,0 +1,192 @@
+"""A broker's Basic.Deliver / Basic.GetOk as a ``Delivery`` view, and its content header with
+headers added (``JMSXDeliveryCount``), without re-encoding anything else.
+
+The view's headers are what a STOMP subscriber of RabbitMQ's plugin would see of the same
+message (``translate.headers_of``), plus ``destination`` (``/amq/queue/<queue>``, the queue it
+came from) and ``redelivered``. They are read lazily: the delivery count the redelivery
+interceptor asks of every delivery is found by a search of the content header's bytes, and the
+properties are decoded only when a header is actually there, or when a failed delivery's copy
+needs them all.
+
+A stamped content header is the broker's bytes with one table entry spliced in at the end of
+the header table (or a table made for it): the application's own entries keep their bytes,
+their order and their integer widths.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from adapters import amqp_types
+from bridge.frontends.amqp.assembler import DELIVER, Message
+from bridge.frontends.amqp.tables import table_entries
+from bridge.frontends.amqp.translate import headers_of
+from bridge.intercept.views import Delivery
+
+_LONGLONG = struct.Struct(">Q")
+_HEADERS_FLAG = 0x2000
+_SHORTSTR_FLAGS = (0x8000, 0x4000)  # content_type, content_encoding: before the table
+# Headers a delivery's view never gets from its table alone (they are properties or the
+# delivery's own): asking for one decodes the properties.
+_FROM_PROPERTIES = frozenset({
+    "content-type", "content-encoding", "persistent", "priority", "correlation-id", "reply-to",
+    "expiration", "amqp-message-id", "timestamp", "type", "user-id", "app-id",
+})
+# Table entries a failed delivery's copy must not carry from it (the broker's and the bridge's
+# counts of this delivery): left out of the types a copy keeps.
+NOT_COPIED = frozenset({"x-delivery-count", "JMSXDeliveryCount"})
+
+
+def delivery_fields(message: Message) -> tuple[int, bool]:
+    """(delivery tag, redelivered) of a Basic.Deliver or Basic.GetOk, read off its bytes."""
+    raw = message.method_frame.raw
+    pos = 11
+    if message.method_frame.method_index == DELIVER:
+        pos += 1 + raw[pos]  # consumer tag
+    tag = _LONGLONG.unpack_from(raw, pos)[0]
+    return tag, bool(raw[pos + 8] & 1)
+
+
+def consumer_tag(message: Message) -> str:
+    """A Basic.Deliver's consumer tag, read off its bytes."""
+    raw = message.method_frame.raw
+    return raw[12:12 + raw[11]].decode("utf-8", "replace")
+
+
+_NEEDLES: dict[str, bytes] = {}
+
+
+def _needle(name: str) -> bytes:
+    """A table key as it is on the wire, to search for; empty for a header that is not
+    (only) a table entry, or cannot be one."""
+    key = name.encode()
+    if name in _FROM_PROPERTIES or len(key) > 255:
+        return b""
+    return bytes((len(key),)) + key
+
+
+class DeliveryHeaders(Mapping[str, str]):
+    """A delivery's headers as a STOMP subscriber would see them, decoded only when needed."""
+
+    __slots__ = ("_message", "_destination", "_redelivered", "_all")
+
+    def __init__(self, message: Message, destination: str, redelivered: bool) -> None:
+        self._message = message
+        self._destination = destination
+        self._redelivered = redelivered
+        self._all: dict[str, str] | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if self._all is None:
+            if name == "redelivered":
+                return "true" if self._redelivered else "false"
+            if name == "destination":
+                return self._destination
+            needle = _NEEDLES.get(name)
+            if needle is None:
+                needle = _NEEDLES[name] = _needle(name)
+            if needle and needle not in self._message.header_frame.raw:
+                return default
+        return self._decoded().get(name, default)
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return str(value)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def _decoded(self) -> dict[str, str]:
+        if self._all is None:
+            props = self._message.properties
+            out = headers_of(props)
+            types = amqp_types.encode(props.headers, props.delivery_mode, drop=NOT_COPIED)
+            if types is not None:
+                out[amqp_types.TYPES_HEADER] = types
+            out["destination"] = self._destination
+            out["redelivered"] = "true" if self._redelivered else "false"
+            self._all = out
+        return self._all
+
+
+def delivery_view(message: Message, channel: int, queue: str, tag: int, redelivered: bool,
+                  subscription: str = "") -> Delivery:
+    """A Basic.Deliver or Basic.GetOk from ``queue`` as a view (its delivery tag and
+    redelivered flag read by ``delivery_fields``); its ``ack_id`` names the channel and the
+    delivery tag."""
+    destination = "/amq/queue/" + queue
+    return Delivery(
+        destination,
+        subscription,
+        f"{channel}/{tag}",
+        DeliveryHeaders(message, destination, redelivered),
+        message.header_frame.body_size,
+        redelivered,
+    )
+
+
+_ENTRIES: dict[tuple[str, str], bytes] = {}
+
+
+def _entry(name: str, value: str) -> bytes:
+    found = _ENTRIES.get((name, value))
+    if found is None:
+        found = _make_entry(name, value)
+        if len(_ENTRIES) < 1024:  # the few delivery counts seen again and again
+            _ENTRIES[(name, value)] = found
+    return found
+
+
+def _make_entry(name: str, value: str) -> bytes:
+    """A header-table entry: an integer as a signed 32-bit ``I`` (what JMS's int property is),
+    anything else as a long string."""
+    key = name.encode()
+    if value.isdigit() and int(value) < 2**31:
+        return bytes((len(key),)) + key + b"I" + int(value).to_bytes(4, "big", signed=True)
+    data = value.encode()
+    return bytes((len(key),)) + key + b"S" + len(data).to_bytes(4, "big") + data
+
+
+def stamped_header(raw: bytes, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """A content header frame's bytes with ``headers`` set in its header table: an entry of
+    the same name already there is removed, the rest of the frame is kept byte for byte."""
+    payload_at = 7
+    flags_at = payload_at + 12
+    flags = int.from_bytes(raw[flags_at:flags_at + 2], "big")
+    pos = flags_at + 2
+    for flag in _SHORTSTR_FLAGS:
+        if flags & flag:
+            pos += 1 + raw[pos]
+    added = b"".join(_entry(n, v) for n, v in headers)
+    if flags & _HEADERS_FLAG:
+        size = int.from_bytes(raw[pos:pos + 4], "big")
+        table = raw[pos + 4:pos + 4 + size]
+        names = {n.encode() for n, _ in headers}
+        if any(bytes((len(n),)) + n in table for n in names):  # rare: one is there already
+            table = b"".join(table[start:stop] for key, start, stop in table_entries(table)
+                             if key not in names)
+        table += added
+        payload = raw[payload_at:pos] + len(table).to_bytes(4, "big") + table
+        payload += raw[pos + 4 + size:-1]
+    else:
+        payload = (raw[payload_at:flags_at] + (flags | _HEADERS_FLAG).to_bytes(2, "big")
+                   + raw[flags_at + 2:pos] + len(added).to_bytes(4, "big") + added
+                   + raw[pos:-1])
+    return raw[:3] + len(payload).to_bytes(4, "big") + payload + b"\xce"
+
+
+def stamped(message: Message, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """The delivery's bytes with ``headers`` in its content header's table."""
+    parts = [message.method_frame.raw, stamped_header(message.header_frame.raw, headers)]
+    parts += [frame.raw for frame in message.body_frames]
+    return b"".join(parts)

@@ -1,0 +1,445 @@
+"""The AMQP front-end's consumer side with pika against the real RabbitMQ: every delivery carries
+JMSXDeliveryCount, and Basic.Nack / Basic.Reject with requeue, Basic.Recover, a rolled-back
+transaction and a channel or connection closed with unacknowledged deliveries are failures the
+destination's redelivery policy handles, as for STOMP; the header table keeps its types."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+import yaml
+
+from bridge.staging import envelope
+from policies.redelivery import Move, Redeliver, compile_table, decide
+from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
+from tests.integration.brokers import BROKERS, require
+
+RUN = uuid.uuid4().hex[:6]
+SLOW = f"/amq/queue/jbt-aq-{RUN}-slow.*"  # delays, then a dead-letter queue
+NOW = f"/amq/queue/jbt-aq-{RUN}-now.*"  # redelivered at once, five times
+BAD = f"/amq/queue/jbt-aq-{RUN}-bad.*"  # the dead-letter target does not exist
+DELETE = f"/amq/queue/jbt-aq-{RUN}-delete.*"  # deleted at the first failure
+LATER = f"/amq/queue/jbt-aq-{RUN}-later.*"  # every redelivery after 300 ms
+POLICIES: dict[str, object] = {
+    SLOW: "1:300; 3:move(queue:$.dlq)",
+    NOW: "5:move(queue:$.dlq)",
+    DELETE: "delete",
+    LATER: {"dialect": "weblogic", "redelivery-delay": 300, "redelivery-limit": 5,
+            "error-destination": f"/queue/jbt-aq-{RUN}-later-errors"},
+    BAD: {"dialect": "weblogic", "redelivery-limit": 0,
+          "error-destination": f"/exchange/jbt-aq-{RUN}-missing/x"},
+}
+TABLE = compile_table(POLICIES)
+
+
+@pytest.fixture(scope="module")
+def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+    broker = BROKERS["rabbitmq"]
+    require(broker)
+    tmp = tmp_path_factory.mktemp("amqp-consumers")
+    config = tmp / "bridge.yaml"
+    config.write_text(yaml.safe_dump({"redelivery": POLICIES}))
+    port = free_port()
+    prefix = f"jbt-staging-{RUN}"  # its own: no other bridge on the broker releases its copies
+    proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp / "bridge.log",
+                         extra=["--amqp-listen", f"127.0.0.1:{port}", "--config", str(config),
+                                "--staging-prefix", prefix])
+    proc.amqp_port = port  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix  # type: ignore[attr-defined]
+    proc.start()
+    # The AMQP listener opens after the STOMP one that start() waits for.
+    assert wait_port(port, 20, proc.proc), proc.log()
+    yield proc
+    assert proc.stop() == 0, proc.log()
+
+
+def _connect(bridge: BridgeProcess) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", bridge.amqp_port, heartbeat=0,  # type: ignore[attr-defined]
+        credentials=pika.PlainCredentials("guest", "guest")))
+
+
+def _queue(kind: str) -> str:
+    return f"jbt-aq-{RUN}-{kind}.{uuid.uuid4().hex[:8]}"
+
+
+class Inbox:
+    """A pika consumer on one channel: what it was handed, in order."""
+
+    def __init__(self, conn: pika.BlockingConnection, channel: Any, queue: str,
+                 prefetch: int = 10, auto_ack: bool = False) -> None:
+        self.conn = conn
+        self.got: list[tuple[Any, Any, bytes, float]] = []
+        channel.basic_qos(prefetch_count=prefetch)
+        self.tag = channel.basic_consume(queue, self._on, auto_ack=auto_ack)
+
+    def _on(self, _ch: Any, method: Any, props: Any, body: bytes) -> None:
+        self.got.append((method, props, body, time.monotonic()))
+
+    def take(self, n: int, timeout: float = 10.0) -> list[tuple[Any, Any, bytes, float]]:
+        deadline = time.monotonic() + timeout
+        while len(self.got) < n and time.monotonic() < deadline:
+            self.conn.process_data_events(time_limit=0.05)
+        taken, self.got = self.got[:n], self.got[n:]
+        return taken
+
+    def quiet(self, seconds: float) -> list[Any]:
+        self.conn.process_data_events(time_limit=seconds)
+        extra, self.got = self.got, []
+        return extra
+
+
+def _send(bridge: BridgeProcess, queue: str, bodies: list[bytes],
+          props: pika.BasicProperties | None = None) -> None:
+    conn = _connect(bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(queue, durable=True)
+    for body in bodies:
+        channel.basic_publish("", queue, body, props or pika.BasicProperties())
+    conn.close()
+
+
+def _count(props: Any) -> int:
+    return int(props.headers["JMSXDeliveryCount"])
+
+
+TYPED = {"i": 7, "big": 2**40, "neg": -3, "s": "text", "t": True, "f": False,
+         "x": b"\x00\x01bytes", "d": decimal.Decimal("1.25"),
+         "ts": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC), "nested": {"k": 1, "v": "w"},
+         "list": [1, "two"]}
+
+
+def test_nacks_follow_the_policy_with_counts_delays_and_a_dead_letter(
+    amqp_bridge: BridgeProcess,
+) -> None:
+    queue = _queue("slow")
+    destination = f"/amq/queue/{queue}"
+    _, policy = TABLE.lookup(destination)
+    props = pika.BasicProperties(headers=TYPED, content_type="application/x-test",
+                                 delivery_mode=1, priority=3, message_id="M-nack")
+    _send(amqp_bridge, queue, [b"poison"], props)
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    inbox = Inbox(conn, channel, queue)
+    failures, nacked_at = 0, 0.0
+    while True:
+        got = inbox.take(1)
+        assert got, f"delivery {failures + 1} never came; log:\n{amqp_bridge.log()[-3000:]}"
+        method, received, body, at = got[0]
+        assert body == b"poison" and _count(received) == failures + 1
+        assert received.content_type == "application/x-test" and received.priority == 3
+        typed = {k: v for k, v in received.headers.items() if k in TYPED}
+        assert typed == TYPED, typed  # the copies keep the table's types
+        if failures:
+            action = decide(policy, failures, destination, {}, 0.5)
+            assert isinstance(action, Redeliver)
+            assert (at - nacked_at) * 1000 >= action.delay_ms - 2
+        failures += 1
+        nacked_at = time.monotonic()
+        if failures % 2:
+            channel.basic_nack(method.delivery_tag, requeue=True)
+        else:
+            channel.basic_reject(method.delivery_tag, requeue=True)
+        if not isinstance(decide(policy, failures, destination, {}, 0.5), Redeliver):
+            break
+    assert inbox.quiet(0.3) == []
+    action = decide(policy, failures, destination, {}, 0.5)
+    assert isinstance(action, Move) and action.destination == f"/queue/{queue}.dlq"
+    dead = channel.basic_get(f"{queue}.dlq", auto_ack=True)
+    assert dead[0] is not None, "nothing on the dead-letter queue"
+    h = dead[1].headers
+    assert dead[2] == b"poison"
+    assert h[envelope.REASON] == "MQRC_BACKOUT_THRESHOLD_REACHED"
+    assert h[envelope.ORIGINAL_DESTINATION] == destination
+    assert h[envelope.DELIVERY_COUNT] == str(failures)
+    assert {k: v for k, v in h.items() if k in TYPED} == TYPED
+    assert dead[1].delivery_mode == 1 and dead[1].message_id == "M-nack"
+    channel.queue_delete(f"{queue}.dlq")
+    channel.queue_delete(queue)
+    conn.close()
+
+
+def test_a_multiple_nack_fails_every_delivery_up_to_its_tag_and_tags_stay_the_clients(
+    amqp_bridge: BridgeProcess,
+) -> None:
+    queue = _queue("now")
+    _send(amqp_bridge, queue, [b"a", b"b", b"c"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    inbox = Inbox(conn, channel, queue)
+    first = inbox.take(3)
+    assert [b for _, _, b, _ in first] == [b"a", b"b", b"c"]
+    assert [m.delivery_tag for m, *_ in first] == [1, 2, 3]
+    channel.basic_nack(2, multiple=True, requeue=True)
+    again = inbox.take(2)
+    assert sorted(b for _, _, b, _ in again) == [b"a", b"b"]
+    assert [_count(p) for _, p, _, _ in again] == [2, 2]
+    assert [m.delivery_tag for m, *_ in again] == [4, 5]  # the broker's own numbering
+    channel.basic_ack(3)  # still the client's tag for "c"
+    channel.basic_ack(5, multiple=True)
+    assert inbox.quiet(0.4) == []
+    channel.queue_delete(queue)
+    opened = amqp_bridge.metric("jms_bridge_amqp_channels_total")
+    conn.close()
+    # The bridge's own channel (it published the copies) is not counted as the client's.
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_total") == opened
+    deadline = time.monotonic() + 5
+    while amqp_bridge.metric("jms_bridge_amqp_channels_open") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert amqp_bridge.metric("jms_bridge_amqp_channels_open") == 0
+
+
+def test_recover_rollback_and_a_transactional_nack_are_failures(
+    amqp_bridge: BridgeProcess,
+) -> None:
+    queue = _queue("now")
+    _send(amqp_bridge, queue, [b"r"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    inbox = Inbox(conn, channel, queue)
+    (_, props, _, _), = inbox.take(1)
+    assert _count(props) == 1
+    channel.basic_recover(requeue=True)
+    (method, props, _, _), = inbox.take(1)
+    assert _count(props) == 2
+    channel.tx_select()
+    channel.basic_ack(method.delivery_tag)
+    channel.tx_rollback()
+    (method, props, _, _), = inbox.take(1)
+    assert _count(props) == 3
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert inbox.quiet(0.4) == []  # kept back until the commit
+    channel.tx_commit()
+    (method, props, _, _), = inbox.take(1)
+    assert _count(props) == 4
+    channel.basic_ack(method.delivery_tag)
+    channel.tx_commit()
+    assert inbox.quiet(0.4) == []
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    channel.queue_delete(queue)
+    conn.close()
+
+
+@pytest.mark.parametrize("kind", ["later", "now"])
+@pytest.mark.parametrize("how", ["channel-close", "connection-close", "socket-drop"])
+def test_unacked_deliveries_of_a_closed_channel_or_connection_are_failures(
+    amqp_bridge: BridgeProcess, how: str, kind: str,
+) -> None:
+    """A delayed redelivery is the bridge's copy (through the staging queues); a redelivery
+    at once is left to the broker's requeue when the consumer leaves (a copy put then could be
+    dispatched to the departing consumer itself), counted by the redelivered flag."""
+    queue = _queue(kind)
+    _send(amqp_bridge, queue, [b"left"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    inbox = Inbox(conn, channel, queue)
+    assert [b for _, _, b, _ in inbox.take(1)] == [b"left"]
+    if how == "channel-close":
+        channel.close()
+    elif how == "connection-close":
+        conn.close()
+    else:
+        sock = conn._impl._transport._sock  # the client dies without closing anything
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    other = _connect(amqp_bridge)
+    ch2 = other.channel()
+    inbox2 = Inbox(other, ch2, queue)
+    got = inbox2.take(1)
+    assert [b for _, _, b, _ in got] == [b"left"], amqp_bridge.log()[-3000:]
+    assert _count(got[0][1]) == 2
+    # later: the bridge's copy, through the staging queues; now: the broker's requeue
+    assert got[0][0].redelivered is (kind == "now")
+    ch2.basic_ack(got[0][0].delivery_tag)
+    assert inbox2.quiet(0.3) == []
+    ch2.queue_delete(queue)
+    other.close()
+    if how == "channel-close":
+        conn.close()
+
+
+def test_get_ok_is_stamped_and_auto_ack_consumers_too(amqp_bridge: BridgeProcess) -> None:
+    queue = _queue("now")
+    _send(amqp_bridge, queue, [b"g", b"h"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    method, props, body = channel.basic_get(queue, auto_ack=False)
+    assert body == b"g" and _count(props) == 1
+    channel.basic_reject(method.delivery_tag, requeue=True)
+    inbox = Inbox(conn, channel, queue, auto_ack=True)
+    got = inbox.take(2)
+    assert sorted((b, _count(p)) for _, p, b, _ in got) == [(b"g", 2), (b"h", 1)]
+    channel.queue_delete(queue)
+    conn.close()
+
+
+def test_reject_without_requeue_is_the_brokers_own_dead_lettering(
+    amqp_bridge: BridgeProcess,
+) -> None:
+    queue = _queue("now")
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.queue_declare(f"{queue}.x", durable=True)
+    channel.queue_declare(queue, durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": f"{queue}.x"})
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"dlx")
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    time.sleep(0.2)
+    method, props, body = channel.basic_get(f"{queue}.x", auto_ack=True)
+    assert body == b"dlx" and "x-death" in props.headers  # RabbitMQ's, not the bridge's
+    channel.queue_delete(f"{queue}.x")
+    channel.queue_delete(queue)
+    conn.close()
+
+
+def test_a_copy_the_broker_refuses_leaves_the_message_on_its_queue(
+    amqp_bridge: BridgeProcess,
+) -> None:
+    queue = _queue("bad")
+    _send(amqp_bridge, queue, [b"kept"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_nack(method.delivery_tag, requeue=True)  # its move fails: 404 exchange
+    method, props, body = channel.basic_get(queue)
+    assert body == b"kept" and method.redelivered
+    assert _count(props) == 2
+    channel.basic_ack(method.delivery_tag)
+    assert "copy refused" in amqp_bridge.log()
+    channel.queue_delete(queue)
+    conn.close()
+
+
+def test_consuming_a_staging_queue_is_refused_with_403(amqp_bridge: BridgeProcess) -> None:
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        channel.basic_consume(f"{amqp_bridge.staging_prefix}.L3",  # type: ignore[attr-defined]
+                              lambda *a: None)
+    assert closed.value.reply_code == 403
+    assert closed.value.reply_text.startswith("MQRC_NOT_AUTHORIZED (2035)")
+    channel = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        channel.basic_get(f"{amqp_bridge.staging_prefix}.L3")  # type: ignore[attr-defined]
+    assert closed.value.reply_code == 403
+    queue = _queue("now")
+    conn.channel().queue_declare(queue, auto_delete=True)  # the connection goes on
+    conn.close()
+
+
+def test_a_delayed_publish_keeps_the_header_tables_types(
+    amqp_bridge: BridgeProcess, tmp_path: Path,
+) -> None:
+    queue = _queue("now")
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    props = pika.BasicProperties(headers={**TYPED, "x-delay": 300}, delivery_mode=1,
+                                 app_id="typed", timestamp=1700000000)
+    channel.basic_publish("", queue, b"typed", props)
+    inbox = Inbox(conn, channel, queue, auto_ack=True)
+    (method, released, body, _), = inbox.take(1)
+    assert body == b"typed"
+    assert {k: v for k, v in released.headers.items() if k in TYPED} == TYPED
+    assert "x-delay" not in released.headers
+    assert not any(k.startswith("x-jms-bridge") for k in released.headers)
+    assert released.delivery_mode == 1 and released.app_id == "typed"
+    assert released.timestamp == 1700000000
+    channel.queue_delete(queue)
+    conn.close()
+
+
+def test_a_quorum_queues_own_redeliveries_are_counted(amqp_bridge: BridgeProcess) -> None:
+    """RabbitMQ redelivered it on its own (a consumer straight on 5672 requeued it twice): the
+    quorum queue's x-delivery-count is counted, and the redelivered flag not twice."""
+    queue = _queue("now")
+    direct = pika.BlockingConnection(pika.URLParameters(BROKERS["rabbitmq"].amqp_url or ""))
+    channel = direct.channel()
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"q")
+    for _ in range(2):
+        method = None
+        deadline = time.monotonic() + 5
+        while method is None and time.monotonic() < deadline:
+            method, _, _ = channel.basic_get(queue)
+        assert method is not None
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    conn = _connect(amqp_bridge)
+    inbox = Inbox(conn, conn.channel(), queue)
+    (method, props, body, _), = inbox.take(1)
+    assert body == b"q" and props.headers.get("x-delivery-count") == 2
+    assert _count(props) == 3
+    conn.close()
+    channel.queue_delete(queue)
+    direct.close()
+
+
+@pytest.mark.parametrize("how", ["channel-close", "socket-drop"])
+def test_a_lost_transaction_is_rolled_back_and_its_deliveries_are_failures(
+    amqp_bridge: BridgeProcess, how: str,
+) -> None:
+    """A consumer in a transaction acks and publishes, then goes away without a commit: the
+    ack is undone (the delivery fails: JMSXDeliveryCount 2 next time) and the publish never
+    happens; the bridge's own acknowledgements are committed on their own."""
+    queue, other = _queue("later"), _queue("now")  # later: a staged copy, not a requeue
+    _send(amqp_bridge, queue, [b"tx-lost"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.queue_declare(other, durable=True)
+    channel.tx_select()
+    inbox = Inbox(conn, channel, queue)
+    (method, _, _, _), = inbox.take(1)
+    channel.basic_ack(method.delivery_tag)
+    channel.basic_publish("", other, b"never committed")
+    if how == "channel-close":
+        channel.close()
+    else:
+        sock = conn._impl._transport._sock
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    again = _connect(amqp_bridge)
+    ch2 = again.channel()
+    inbox2 = Inbox(again, ch2, queue)
+    got = inbox2.take(1)
+    assert [b for _, _, b, _ in got] == [b"tx-lost"], amqp_bridge.log()[-3000:]
+    assert _count(got[0][1]) == 2
+    assert not got[0][0].redelivered  # the bridge's copy, not the broker's requeue
+    ch2.basic_ack(got[0][0].delivery_tag)
+    assert ch2.queue_declare(other, passive=True).method.message_count == 0
+    assert inbox2.quiet(0.3) == []
+    ch2.queue_delete(queue)
+    ch2.queue_delete(other)
+    again.close()
+    if how == "channel-close":
+        conn.close()
+
+
+def test_a_delete_policy_deletes_the_failed_delivery(amqp_bridge: BridgeProcess) -> None:
+    queue = _queue("delete")
+    _send(amqp_bridge, queue, [b"gone"])
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    method, props, body = channel.basic_get(queue)
+    assert body == b"gone" and _count(props) == 1
+    channel.basic_reject(method.delivery_tag, requeue=True)
+    time.sleep(0.3)
+    assert channel.basic_get(queue)[0] is None  # acknowledged upstream, nothing put back
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    channel.queue_delete(queue)
+    conn.close()
