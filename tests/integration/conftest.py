@@ -17,10 +17,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.integration)
-            # With pytest-xdist (scripts/test runs two workers): every test that talks to the
-            # brokers runs in one worker, in order, as without xdist (some restart a broker or
-            # cut its link); the unit tests run beside them in the other.
-            item.add_marker(pytest.mark.xdist_group("brokers"))
 
 
 @pytest.fixture(params=sorted(BROKERS), scope="session")
