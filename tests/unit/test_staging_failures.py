@@ -4,11 +4,14 @@ message-retry, reports, the dead-letter homes, and a dead-letter destination tha
 from __future__ import annotations
 
 import pytest
+from structlog.testing import CapturingLogger
 
 from adapters.base import Message
 from bridge.staging import envelope
+from bridge.staging.engine import Engine
 from bridge.staging.failures import FailureSettings
 from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.stats import StagingStats
 from policies import reports
 from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
 from policies.redelivery import compile_table
@@ -40,10 +43,12 @@ def stage(
     return message.headers[envelope.MESSAGE_ID]
 
 
+TWICE = MessageRetry(2, 1000)
+
+
 def setup(
-    name: str = "rabbitmq", *, retry: MessageRetry = MessageRetry(2, 1000),
-    redelivery: object = None,
-) -> tuple[Clock, MemoryBroker, object, object, object, list[Outcome]]:
+    name: str = "rabbitmq", *, retry: MessageRetry = TWICE, redelivery: object = None,
+) -> tuple[Clock, MemoryBroker, Engine, StagingStats, CapturingLogger, list[Outcome]]:
     clock = Clock()
     broker = MemoryBroker(name, clock=clock)
     seen: list[Outcome] = []
