@@ -71,7 +71,10 @@ class FullQueue:
                 if not inbox.wait_receipt(f"f{i}", 5):
                     break
                 self.fillers += 1
-            assert inbox.errors, f"{self.destination} never refused a put"
+            assert inbox.errors, (
+                f"{self.destination} never refused a put: this ActiveMQ runs without the "
+                "jbt-full.> policy of scripts/activemq/activemq.xml.in (scripts/brokers up "
+                "restarts it with the current conf)")
             assert self.fillers, f"{self.destination} refused the first filler"
         finally:
             conn.disconnect()
