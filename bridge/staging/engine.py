@@ -138,7 +138,8 @@ class _Kind(Enum):
 
 
 # What an operator's order did, as its answer says.
-_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired"}
+_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired",
+         _Kind.RETRY: "retried", _Kind.DISCARD: "discarded", _Kind.KEEP: "kept"}
 _OUTCOME = {
     _Kind.RELEASE: Kind.RELEASED, _Kind.RELEASE_NOW: Kind.RELEASED_NOW,
     _Kind.CANCEL: Kind.CANCELLED, _Kind.EXPIRE: Kind.EXPIRED,
