@@ -203,7 +203,9 @@ def route(destination: str) -> Route:
     kind, parts = _split(destination)
     if kind == "queue" and len(parts) == 1 and parts[0]:
         return Route("", parts[0], declare=True, queue=True)
-    if kind == "amq/queue" and len(parts) == 1 and parts[0]:
+    if kind in ("amq/queue", "reply-queue") and len(parts) == 1 and parts[0]:
+        # /reply-queue/<q>: a STOMP client's temporary reply queue, as a reply-to shows it
+        # (the engine puts reports there).
         return Route("", parts[0], queue=True)
     if kind == "topic" and len(parts) == 1 and parts[0]:
         return Route("amq.topic", parts[0])
@@ -213,7 +215,7 @@ def route(destination: str) -> Route:
 
 
 def _split(destination: str) -> tuple[str, list[str]]:
-    for kind in ("amq/queue", "queue", "topic", "exchange"):
+    for kind in ("amq/queue", "reply-queue", "queue", "topic", "exchange"):
         if destination.startswith(f"/{kind}/"):
             return kind, [_unescape(p) for p in destination[len(kind) + 2:].split("/")]
     return "", []

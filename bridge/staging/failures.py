@@ -35,7 +35,7 @@ from bridge.staging.envelope import (
 from bridge.staging.outcomes import Kind, Outcome
 from policies.errors import PutRefused
 from policies.failures import Cause, Home, Route, route
-from policies.reasons import MQRC_PROPERTY_VALUE_BAD, Reason
+from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_UNKNOWN_OBJECT_NAME, Reason
 from policies.redelivery import PRESERVE_UNDELIVERED_HEADER, PolicyTable
 from policies.reports import REPORT_EXPIRATION, Data, Report, report_body
 from policies.retry import MessageRetry, RetryTable, can_pass
@@ -142,7 +142,7 @@ class FailurePath:
         if asked is not None:
             report = self._report(asked, held, staged, where.reason, text, now_ms)
             try:
-                self.broker.publish(asked.destination, report)
+                self._publish(asked.destination, report)
             except PutRefused as refused:
                 text = f"{text}; the report to {asked.destination} was refused: {refused}"
                 where = route(cause, reason, headers, target=staged.target,
@@ -172,6 +172,15 @@ class FailurePath:
                     now_ms=now_ms, delivery_count=copy[DELIVERY_COUNT], policy=policy_text)
         return Failed(where, _KIND[where.home], destination,
                       Message(copy, held.message.body), text, report)
+
+    def _publish(self, destination: str, message: Message) -> None:
+        """Put a report; a reply-to the adapter cannot name is refused like a missing one."""
+        try:
+            self.broker.publish(destination, message)
+        except ValueError as bad:
+            raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
+                             f"not a destination the bridge can put to: {bad}",
+                             destination) from None
 
     def _report(
         self, report: Report, held: Held, staged: Staged, reason: Reason, text: str, now_ms: int

@@ -252,3 +252,29 @@ def test_a_release_now_order_refused_falls_to_message_retry() -> None:
     assert stats.retries == 3 and stats.undeliverable == 0  # at 0, 1 and 2 s
     drive(engine, clock, T0 + 10_000)
     assert stats.undeliverable == 1 and not broker.delivered(TARGET)
+
+
+def test_a_temporary_reply_queue_is_a_destination_and_an_unknown_reply_to_a_refusal() -> None:
+    """A STOMP client's /temp-queue/ reply-to reads /reply-queue/<q> on RabbitMQ: the adapter
+    puts to it; a reply-to no adapter can name is a refused report, not a crash."""
+    from adapters.rabbitmq import Route, route
+
+    assert route("/reply-queue/amq.gen-Xy") == Route("", "amq.gen-Xy", queue=True)
+
+    class Unnameable(MemoryBroker):
+        def publish(self, destination: str, message: Message) -> None:
+            if destination.startswith("/nowhere/"):
+                raise ValueError(f"unsupported destination {destination!r}")
+            super().publish(destination, message)
+
+    clock = Clock()
+    broker = Unnameable(clock=clock)
+    failures = FailureSettings(RetryTable(MessageRetry(0, 1000)), compile_table(None))
+    engine, stats, _ = engine_for(broker, clock, failures=failures)
+    broker.refuse(TARGET, MQRC_Q_FULL, "full")
+    stage(broker, delay_ms=2_000, headers={
+        reports.REPORT_EXCEPTION: str(reports.MQRO_EXCEPTION), "reply-to": "/nowhere/x"})
+    drive(engine, clock, T0 + 5_000)
+    assert stats.reports_refused == 1 and stats.reconnects == 0
+    assert [m.headers.get(envelope.REPORT) for m in on(broker, UNDELIVERABLE)] == [
+        "exception", None]
