@@ -100,6 +100,10 @@ INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the inv
 INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
 # Why a message could not be put to its target when due (on the undeliverable queue).
 PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
+# A message kept because its dead-letter destination refused it is tried again after its
+# message-retry interval, doubling each time up to this: many such messages do not keep the
+# engine busy with puts that fail.
+KEEP_MAX_MS = 60_000
 # Counting is a round trip or more (5-17 ms on this machine) that releases would wait for: it
 # waits for a gap of COUNT_GAP_MS before the next release or level exit, up to PENDING_LATE_MS
 # (under a steady 1,000 releases a second there is no such gap).
@@ -770,13 +774,15 @@ class Engine:
     def _keep(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
         """A dead-letter home refused the message: it stays on the staging queues (IBM MQ
         leaves it on the transmission queue and stops the channel), due again after its
-        target's message-retry interval, when its target is tried first."""
+        target's message-retry interval, doubled each time it is kept, up to KEEP_MAX_MS; its
+        target is tried first then."""
         staged = w.staged
         assert staged is not None
         headers = w.move.held.message.headers
         kept = int(headers.get(KEPT, "0")) + 1 if headers.get(KEPT, "0").isdigit() else 1
         interval = max(self.failures.retry_for(staged.target).interval_ms, 1)
-        return self._restage(w, _Kind.KEEP, now_ms + interval, now_ms, {KEPT: str(kept)},
+        wait_ms = backoff_ms(kept, initial_ms=interval, max_ms=max(interval, KEEP_MAX_MS))
+        return self._restage(w, _Kind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},
                              refused.reason, f"{refused.destination}: {refused.text}", kept)
 
     def _settle(self, work: list[_Work], now_ms: int) -> None:

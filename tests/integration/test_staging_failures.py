@@ -314,3 +314,30 @@ def test_a_full_dead_letter_destination_keeps_the_message_until_it_can_be_delive
     assert len(in_dlq) == dlq_fillers and all("filler" in f.headers for f in in_dlq)
     assert "dead-letter destination refused the message" in log
     print(f"{broker.name}: the dead-letter destination refused {refused:.0f} times")
+
+
+def test_an_exception_report_reaches_the_senders_temporary_queue(
+    broker: Broker, tmp_path: Path,
+) -> None:
+    """JMS's request pattern: the reply-to is the sender's TemporaryQueue (STOMP /temp-queue/),
+    and the report comes back on the sender's own connection through the bridge."""
+    full = FullQueue(broker)
+    try:
+        with bridge_with(broker, tmp_path, {"message-retry": "0:300"}) as (_, bridge):
+            conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+            if broker.name == "activemq":  # RabbitMQ subscribes the sender by itself
+                conn.subscribe("/temp-queue/jbt-reports", id="reports", ack="auto")
+            conn.send(full.destination, "who asked?", headers={
+                "x-delay": "1000", "reply-to": "/temp-queue/jbt-reports", "receipt": "r",
+                reports.REPORT_EXCEPTION: str(reports.MQRO_EXCEPTION_WITH_FULL_DATA)})
+            assert inbox.wait_receipt("r"), inbox.wait_error(0.1)
+            full.fill()
+            got = inbox.take(1, timeout=20)
+            conn.disconnect()
+            log = bridge.log()
+    finally:
+        full.drain()
+    assert got, f"no report; the bridge's log ends: {log[-1500:]}"
+    [report] = got
+    assert report.headers["JMS_IBM_Feedback"] == "2053" and report.body == "who asked?"
+    assert report.headers["JMS_IBM_MsgType"] == "4"
