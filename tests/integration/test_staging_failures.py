@@ -26,6 +26,10 @@ from tests.integration.clients import connect
 from tests.integration.staging_util import private_bridges
 
 FILLER = "filler " * 1500  # 10.5 kB: a handful fill an ActiveMQ jbt-full.* queue
+# Long enough for a test to fill the target after sending (the send-time check would refuse a
+# full ActiveMQ target), on a loaded machine too.
+DELAY = "3000"
+TTL = "4500"  # for the message that expires while it is retried
 
 
 class FullQueue:
@@ -45,6 +49,7 @@ class FullQueue:
             self.name = f"jbt-full.{tag}"
             self.destination = f"/queue/{self.name}"
         self.fillers = 0
+        self.fillers_small = False
 
     def fill(self) -> int:
         """Put fillers until the broker refuses one; how many it took."""
@@ -63,14 +68,25 @@ class FullQueue:
                 conn.close()
             assert 0 < self.fillers < 64, f"{self.destination} took {self.fillers} fillers"
             return self.fillers
+        # ActiveMQ counts a message's memory high while it is being stored: the queue may refuse
+        # one and take a smaller one a moment later. Fillers, then small ones, until it still
+        # refuses after a pause.
         conn, inbox = connect(self.broker.stomp_port, self.broker.user, self.broker.password)
         try:
-            for i in range(64):
-                conn.send(self.destination, FILLER,
+            refused = 0
+            for i in range(200):
+                body = FILLER if refused == 0 and not self.fillers_small else "filler"
+                errors = len(inbox.errors)
+                conn.send(self.destination, body,
                           headers={"receipt": f"f{i}", "persistent": "true", "filler": "1"})
-                if not inbox.wait_receipt(f"f{i}", 5):
+                if _answered(inbox, f"f{i}", errors):
+                    self.fillers, refused = self.fillers + 1, 0
+                    continue
+                self.fillers_small = True
+                refused += 1
+                if refused == 3:
                     break
-                self.fillers += 1
+                time.sleep(0.5)
             assert inbox.errors, (
                 f"{self.destination} never refused a put: this ActiveMQ runs without the "
                 "jbt-full.> policy of scripts/activemq/activemq.xml.in (scripts/brokers up "
@@ -94,6 +110,18 @@ class FullQueue:
             conn.disconnect()  # type: ignore[attr-defined]
         self.fillers = 0
         return got
+
+
+def _answered(inbox: object, receipt: str, errors: int, timeout: float = 5) -> bool:
+    """Whether the SEND with ``receipt`` got its RECEIPT (False as soon as an ERROR came)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if receipt in inbox.receipts:  # type: ignore[attr-defined]
+            return True
+        if len(inbox.errors) > errors:  # type: ignore[attr-defined]
+            return False
+        time.sleep(0.005)
+    return False
 
 
 @contextmanager
@@ -144,7 +172,7 @@ def test_a_target_full_when_due_is_retried_and_delivered_once_drained(
     config = {"message-retry": {"count": 60, "interval-ms": 300}}
     try:
         with bridge_with(broker, tmp_path, config) as (prefix, bridge):
-            send(bridge, broker, full.destination, "the delayed one", **{"x-delay": "1000"})
+            send(bridge, broker, full.destination, "the delayed one", **{"x-delay": DELAY})
             fillers = full.fill()  # full during the delay
             retries = wait_metric(bridge, "jms_bridge_staging_retries_total", 2)
             got = full.drain(more=1)
@@ -179,12 +207,12 @@ def test_never_drained_ends_in_an_exception_report_and_the_dead_letter_queue(
                 ids = {"kept": {"amqp-message-id": "jbt-id-kept"},
                        "discarded": {"amqp-message-id": "jbt-id-discarded"}}
             send(bridge, broker, full.destination, body, **{
-                "x-delay": "1000", "reply-to": replies, "seq": "kept",
+                "x-delay": DELAY, "reply-to": replies, "seq": "kept",
                 reports.REPORT_EXCEPTION: str(reports.MQRO_EXCEPTION_WITH_DATA),
                 **ids.get("kept", {}),
             })
             send(bridge, broker, full.destination, "discard me", **{
-                "x-delay": "1000", "reply-to": replies, "seq": "discarded",
+                "x-delay": DELAY, "reply-to": replies, "seq": "discarded",
                 reports.REPORT_EXCEPTION: str(reports.MQRO_EXCEPTION_WITH_FULL_DATA),
                 reports.REPORT_DISCARD: str(reports.MQRO_DISCARD_MSG),
                 **ids.get("discarded", {}),
@@ -245,7 +273,7 @@ def test_a_message_that_expires_while_retried_is_reported_or_kept_undelivered(
         ):
             reader, answers = connect(broker.stomp_port, broker.user, broker.password)
             reader.subscribe(replies, id="replies", ack="auto")
-            common = {"x-delay": "1000", "expiration": "2500"}
+            common = {"x-delay": DELAY, "expiration": TTL}
             send(bridge, broker, full.destination, "x" * 300, **common, **{
                 "reply-to": replies, "seq": "reported",
                 reports.REPORT_EXPIRATION: str(reports.MQRO_EXPIRATION_WITH_DATA)})
@@ -295,7 +323,7 @@ def test_a_full_dead_letter_destination_keeps_the_message_until_it_can_be_delive
     try:
         with bridge_with(broker, tmp_path, config) as (_, bridge):
             dlq_fillers = dlq.fill()  # full before the message is due
-            send(bridge, broker, target.destination, "not lost", **{"x-delay": "1000"})
+            send(bridge, broker, target.destination, "not lost", **{"x-delay": DELAY})
             target.fill()
             wait_metric(bridge, "jms_bridge_staging_dead_letter_blocked", 1)
             refused = wait_metric(bridge, "jms_bridge_staging_dead_letter_refused_total", 2)
@@ -328,7 +356,7 @@ def test_an_exception_report_reaches_the_senders_temporary_queue(
             if broker.name == "activemq":  # RabbitMQ subscribes the sender by itself
                 conn.subscribe("/temp-queue/jbt-reports", id="reports", ack="auto")
             conn.send(full.destination, "who asked?", headers={
-                "x-delay": "1000", "reply-to": "/temp-queue/jbt-reports", "receipt": "r",
+                "x-delay": DELAY, "reply-to": "/temp-queue/jbt-reports", "receipt": "r",
                 reports.REPORT_EXCEPTION: str(reports.MQRO_EXCEPTION_WITH_FULL_DATA)})
             assert inbox.wait_receipt("r"), inbox.wait_error(0.1)
             full.fill()
