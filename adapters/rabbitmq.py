@@ -624,7 +624,10 @@ class RabbitMQ:
         the whole batch before anything is published (the broker has requeued it already). A
         refused publish stops it at that move (PutRefused): the moves before it are done, it
         and the rest stay held (a batch put in one transaction may have put some of the rest
-        already: retrying them can duplicate, never lose)."""
+        already: retrying them can duplicate, never lose). RabbitMQ fails a transaction with a
+        put to a full reject-publish queue ("partial tx completion") after putting the others,
+        so a queue that nacked a put is left out of transactions for REFUSING_S: the engine
+        tries it again and again (message-retry), and only its first refusal can duplicate."""
         ch = self._channel()
         for move in moves:
             if self._tag(move.held).generation != self._generation:
