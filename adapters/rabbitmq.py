@@ -51,6 +51,7 @@ import functools
 import json
 import re
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -206,7 +207,9 @@ def route(destination: str) -> Route:
     kind, parts = _split(destination)
     if kind == "queue" and len(parts) == 1 and parts[0]:
         return Route("", parts[0], declare=True, queue=True)
-    if kind == "amq/queue" and len(parts) == 1 and parts[0]:
+    if kind in ("amq/queue", "reply-queue") and len(parts) == 1 and parts[0]:
+        # /reply-queue/<q>: a STOMP client's temporary reply queue, as a reply-to shows it
+        # (the engine puts reports there).
         return Route("", parts[0], queue=True)
     if kind == "topic" and len(parts) == 1 and parts[0]:
         return Route("amq.topic", parts[0])
@@ -216,7 +219,7 @@ def route(destination: str) -> Route:
 
 
 def _split(destination: str) -> tuple[str, list[str]]:
-    for kind in ("amq/queue", "queue", "topic", "exchange"):
+    for kind in ("amq/queue", "reply-queue", "queue", "topic", "exchange"):
         if destination.startswith(f"/{kind}/"):
             return kind, [_unescape(p) for p in destination[len(kind) + 2:].split("/")]
     return "", []
@@ -240,6 +243,7 @@ def refusal_reason(reply_code: int, reply_text: str) -> Reason:
 # Overflow behaviours under which a queue at its length limit refuses a publish (drop-head,
 # the default, makes room by dropping its oldest message instead).
 REFUSING_OVERFLOW = ("reject-publish", "reject-publish-dlx")
+REFUSING_S = 60.0  # how long a queue that nacked a publish is put to one message at a time
 
 
 def queue_check(destination: str, info: Mapping[str, Any], ready: int) -> PutCheck:
@@ -290,6 +294,14 @@ def queue_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
 class _Tag:
     generation: int  # of the main channel that delivered it
     delivery_tag: int
+
+
+def _routable(destination: str | None) -> bool:
+    try:
+        route(destination or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _escape_queue(name: str) -> str:
@@ -366,6 +378,10 @@ class RabbitMQ:
         self._returned: list[tuple[str, str, bytes]] = []
         self._generation = 0
         self._declared: set[str] = set()
+        # Queues that refused a publish lately (full: a nack): settles that put to one go one
+        # move at a time, never in a transaction, whose failure ("partial tx completion") would
+        # not say which of its puts went through (retrying all of them would duplicate).
+        self._refusing: dict[str, float] = {}
         self._delivered: list[Held] = []
         self._holding: dict[int, str] = {}  # delivery tag on ``main`` -> its queue
         self._log = structlog.get_logger("adapters.rabbitmq").bind(
@@ -621,7 +637,10 @@ class RabbitMQ:
         the whole batch before anything is published (the broker has requeued it already). A
         refused publish stops it at that move (PutRefused): the moves before it are done, it
         and the rest stay held (a batch put in one transaction may have put some of the rest
-        already: retrying them can duplicate, never lose)."""
+        already: retrying them can duplicate, never lose). RabbitMQ fails a transaction with a
+        put to a full reject-publish queue ("partial tx completion") after putting the others,
+        so a queue that nacked a put is left out of transactions for REFUSING_S: the engine
+        tries it again and again (message-retry), and only its first refusal can duplicate."""
         ch = self._channel()
         for move in moves:
             if self._tag(move.held).generation != self._generation:
@@ -630,9 +649,17 @@ class RabbitMQ:
                     "connection and is back on its queue"
                 )
         puts = [m for m in moves if m.destination is not None]
-        if len(puts) > 1 and self._settle_batch(ch, moves):
+        if len(puts) > 1 and not self._any_refusing(puts) and self._settle_batch(ch, moves):
             return
         self._settle_each(ch, moves)
+
+    def _any_refusing(self, puts: Sequence[Move]) -> bool:
+        if not self._refusing:
+            return False
+        now = time.monotonic()
+        self._refusing = {q: until for q, until in self._refusing.items() if until > now}
+        return any(route(m.destination or "").routing_key in self._refusing for m in puts
+                   if _routable(m.destination))
 
     def _settle_batch(self, ch: BlockingChannel, moves: Sequence[Move]) -> bool:
         """All puts in one transaction, then the acks. False when the batch could not be put
@@ -748,6 +775,7 @@ class RabbitMQ:
             raise
         except pika.exceptions.NackError:
             # RabbitMQ nacks a publish to a full queue with overflow reject-publish(-dlx).
+            self._refusing[where.routing_key] = time.monotonic() + REFUSING_S
             raise PutRefused(
                 0, MQRC_Q_FULL, "the broker nacked the message (a full queue that rejects "
                 "publishes?)", destination,

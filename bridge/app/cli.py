@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--undelivered-queue", metavar="NAME",
                      help="where failed deliveries go when their policy says undelivered "
                           "(default jms-bridge.undelivered)")
+    run.add_argument("--message-retry", metavar="COUNT:INTERVAL_MS",
+                     help="retries of a release its target refused for a reason that can pass "
+                          "(queue full), and the wait between them (default 10:1000)")
     run.add_argument("--admin-token-file", metavar="FILE",
                      help="bearer token(s) the admin API asks for, one a line (re-read when "
                           "the file changes); without it the /staged endpoints are refused")

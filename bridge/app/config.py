@@ -21,6 +21,7 @@ import yaml
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
 from policies.redelivery import PolicyTable, compile_table
+from policies.retry import RetryTable, compile_retry
 
 ENV_PREFIX = "JMS_BRIDGE_"
 BROKERS = ("rabbitmq", "activemq")
@@ -54,6 +55,10 @@ class Settings:
     # Where a failed delivery goes when its policy says "undelivered" (TIBCO's
     # $sys.undelivered, WebSphere's system exception destination).
     undelivered_queue: str = "jms-bridge.undelivered"
+    # Message-retry of a release its target refused for a reason that can pass (queue full):
+    # the YAML file's ``message-retry`` mapping (count, interval-ms, destination patterns), or
+    # COUNT:INTERVAL_MS for the default (a flag, the environment). Default 10 x 1000 ms.
+    message_retry: RetryTable = field(default_factory=RetryTable)
     # A client that has not sent a whole CONNECT in this time is closed (RabbitMQ's default).
     handshake_timeout: float = 10.0
     # Client connections at once, in all and from one address: each costs two descriptors
@@ -242,6 +247,13 @@ def _convert(name: str, value: Any, source: str) -> Any:
         if not v:
             raise ConfigError(f"{what}: expected a folder, got {value!r}")
         return v
+    if name == "message-retry":
+        if isinstance(value, str) and not value.strip()[:1].isdigit():  # YAML text
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{what}: not YAML: {exc}") from None
+        return compile_retry(value, source=what)
     if name == "redelivery":
         if isinstance(value, str):  # from the environment: YAML text
             try:
@@ -308,7 +320,13 @@ def resolve(
     values: dict[str, Any] = {}
     for source, layer in layers:
         for name, raw in layer.items():
-            values[name] = _convert(name, raw, f"--{name}" if source == "flag" else source)
+            value = _convert(name, raw, f"--{name}" if source == "flag" else source)
+            earlier = values.get(name)
+            if isinstance(earlier, RetryTable) and isinstance(raw, str) and ":" in raw \
+                    and raw.strip()[:1].isdigit():
+                # COUNT:INTERVAL_MS sets the default: the file's patterns stay.
+                value = RetryTable(value.default, earlier.entries)
+            values[name] = value
     settings = Settings(**{n.replace("-", "_"): v for n, v in values.items()})
     if settings.upstream_amqp is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")

@@ -33,6 +33,7 @@ from bridge.app.brokers import staging_broker
 from bridge.app.config import Settings
 from bridge.app.journal import JournalSink, JournalSpec, JournalWriter
 from bridge.staging.engine import Engine
+from bridge.staging.failures import FailureSettings
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
@@ -146,7 +147,9 @@ def _main(
     engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots),
                     level_prefetch=settings.staging_level_prefetch,
                     backoff_s=RECONNECT_S, backoff_jitter=RECONNECT_JITTER,
-                    sinks=[JournalSink(writer)] if writer is not None else [])
+                    sinks=[JournalSink(writer)] if writer is not None else [],
+                    failures=FailureSettings(settings.message_retry, settings.redelivery,
+                                             settings.undelivered_queue))
     try:
         engine.run(asked)
     finally:

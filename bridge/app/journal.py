@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from adapters.base import Message
 from bridge.app.config import Settings
 from bridge.staging.envelope import Staged
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import UNJOURNALED, Kind, Outcome
 from policies.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -320,7 +320,7 @@ class JournalSink:
         self.writer = writer
 
     def __call__(self, outcomes: Sequence[Outcome]) -> None:
-        batch = tuple(o for o in outcomes if o.kind is not Kind.HOPPED)
+        batch = tuple(o for o in outcomes if o.kind not in UNJOURNALED)
         if batch:
             self.writer.submit(batch)
 

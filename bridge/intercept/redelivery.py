@@ -64,10 +64,8 @@ def delivery_count(headers: Mapping[str, str]) -> int:
     return before + 1 + (headers.get("redelivered") == "true")
 
 
-def jms_destination(destination: str) -> str:
-    """TIBCO's form of a destination: ``Queue[orders]``, ``Topic[prices]``."""
-    kind, _, name = destination.rpartition("/")
-    return f"Topic[{name}]" if "topic" in kind or "exchange" in kind else f"Queue[{name}]"
+# TIBCO's form of a destination (Queue[orders]): kept here under its old name.
+jms_destination = envelope.jms_destination
 
 
 class RedeliveryInterceptor(Interceptor):
@@ -146,17 +144,12 @@ class RedeliveryInterceptor(Interceptor):
             return Copy(d.ack_id, None)
         where = action.destination if isinstance(action, Move) else self.undelivered
         assert isinstance(action, Move | Undelivered)
-        headers.update({
-            envelope.REASON: action.reason.name,
-            envelope.REASON_CODE: str(action.reason.code),
-            envelope.REASON_TEXT: (
-                f"delivered {failures} times: the redelivery limit of {policy_text}"
-                if action.reason is MQRC_BACKOUT_THRESHOLD_REACHED else policy_text),
-            envelope.FAILED_AT: str(now),
-            envelope.ORIGINAL_DESTINATION: d.destination,
-            envelope.ORIGINAL_JMS_DESTINATION: jms_destination(d.destination),
-            envelope.POLICY: policy_text,
-        })
+        envelope.mark_failed(
+            headers, reason=action.reason,
+            text=(f"delivered {failures} times: the redelivery limit of {policy_text}"
+                  if action.reason is MQRC_BACKOUT_THRESHOLD_REACHED else policy_text),
+            destination=d.destination, now_ms=now, delivery_count=failures, policy=policy_text,
+        )
         kind = Kind.DEAD_LETTERED if isinstance(action, Move) else Kind.UNDELIVERED
         outcomes.append(Outcome(kind, now, original_id, d.destination, reason=action.reason,
                                 detail=policy_text, queue=where, count=failures,

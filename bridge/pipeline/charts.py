@@ -15,7 +15,7 @@ TABLE_ROWS = 200
 TOP_REASONS = 20
 EVENT_ORDER = ("staged", "released", "released-now", "refused", "expired", "cancelled",
                "undeliverable", "invalid", "redelivered", "dead-lettered", "undelivered",
-               "deleted")
+               "deleted", "reported")
 
 
 def _when(ms: int | None) -> str:

@@ -15,8 +15,12 @@ goes back to its queue and is met again after the reconnect: a crash may duplica
 release, never lose a message.
 
 A message whose target the broker refuses (no such queue, not authorized, full, too big: the
-adapter's PutRefused) is moved to ``<prefix>.undeliverable`` with the reason, and the rest of its
-batch goes on: one bad target never stalls the engine, and is not taken for a broker outage.
+adapter's PutRefused) does not stall the rest of its batch, and is not taken for a broker
+outage: a refusal that can pass (full, put-inhibited) puts it back on the staging queues to be
+tried again (message-retry); otherwise, and for an expiry, ``bridge.staging.failures`` puts the
+report it asked for and says where it goes (the undelivered queue, a policy's dead-letter
+destination, ``<prefix>.undeliverable``, or nowhere). A dead-letter destination that refuses it
+leaves it on the staging queues, tried again later.
 
 ``step(now_ms)`` is one iteration without blocking, so tests drive the engine with their own
 clock; ``run(stop)`` is the thread's loop around it, waiting in ``poll`` (which also services the
@@ -42,15 +46,24 @@ from adapters.base import Held, Message, Move, StagingBroker
 from bridge.staging.envelope import (
     FAILED_AT,
     FRAME_ONLY,
+    KEPT,
     MESSAGE_ID,
     PREFIX,
     REASON,
     REASON_CODE,
     REASON_TEXT,
+    RETRIES,
+    RETRY_AT,
     Staged,
     as_plain_headers,
     hop_headers,
     released_headers,
+)
+from bridge.staging.failures import (
+    FailurePath,
+    FailureSettings,
+    attempts_of,
+    retry_wait_ms,
 )
 from bridge.staging.levels import MIN_LEVEL, Layout
 from bridge.staging.orders import Action, Order, Orders, destination
@@ -58,7 +71,10 @@ from bridge.staging.outcomes import Kind, LogSink, Outcome, Sink, StatsSink
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused, Refused
-from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD
+from policies.failures import Cause
+from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD, Reason
+
+__all__ = ["FAILED_AT", "REASON", "REASON_CODE", "REASON_TEXT", "Engine"]
 
 HORIZON_MS = 1 << MIN_LEVEL
 # Levels whose dwell is at most this are consumed with a prefetch, their heads held in memory
@@ -85,6 +101,10 @@ INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the inv
 INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
 # Why a message could not be put to its target when due (on the undeliverable queue).
 PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
+# A message kept because its dead-letter destination refused it is tried again after its
+# message-retry interval, doubling each time up to this: many such messages do not keep the
+# engine busy with puts that fail.
+KEEP_MAX_MS = 60_000
 # Counting is a round trip or more (5-17 ms on this machine) that releases would wait for: it
 # waits for a gap of COUNT_GAP_MS before the next release or level exit, up to PENDING_LATE_MS
 # (under a steady 1,000 releases a second there is no such gap).
@@ -113,17 +133,31 @@ class _Kind(Enum):
     EXPIRE = "expire"
     INVALID = "invalid"
     UNDELIVERABLE = "undeliverable"
+    UNDELIVERED = "undelivered"  # to the undelivered queue (JMS_TIBCO_PRESERVE_UNDELIVERED)
+    DEAD_LETTERED = "dead-lettered"  # to a destination the target's policy names
+    DISCARD = "discard"  # could not be delivered and asked to be discarded (MQRO_DISCARD_MSG)
+    RETRY = "retry"  # refused for a reason that can pass: back on the staging queues
+    KEEP = "keep"  # its dead-letter destination refused it: back on the staging queues
     CANCEL = "cancel"  # an operator's order: acknowledged, never delivered
     RELEASE_NOW = "release-now"  # an operator's order: delivered before its due time
 
 
 # What an operator's order did, as its answer says.
-_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired"}
+_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired",
+         _Kind.RETRY: "retried", _Kind.DISCARD: "discarded", _Kind.KEEP: "kept"}
 _OUTCOME = {
     _Kind.RELEASE: Kind.RELEASED, _Kind.RELEASE_NOW: Kind.RELEASED_NOW,
     _Kind.CANCEL: Kind.CANCELLED, _Kind.EXPIRE: Kind.EXPIRED,
-    _Kind.UNDELIVERABLE: Kind.UNDELIVERABLE,
+    _Kind.UNDELIVERABLE: Kind.UNDELIVERABLE, _Kind.UNDELIVERED: Kind.UNDELIVERED,
+    _Kind.DEAD_LETTERED: Kind.DEAD_LETTERED, _Kind.DISCARD: Kind.DELETED,
+    _Kind.RETRY: Kind.RETRIED, _Kind.KEEP: Kind.KEPT,
 }
+_FAILED = {Kind.UNDELIVERABLE: _Kind.UNDELIVERABLE, Kind.UNDELIVERED: _Kind.UNDELIVERED,
+           Kind.DEAD_LETTERED: _Kind.DEAD_LETTERED, Kind.DELETED: _Kind.DISCARD,
+           Kind.EXPIRED: _Kind.EXPIRE}
+# Moves to a dead-letter home: one the broker refuses keeps its message on the staging queues.
+_TO_DEAD_LETTER = frozenset({_Kind.UNDELIVERABLE, _Kind.UNDELIVERED, _Kind.DEAD_LETTERED})
+_RELEASES = frozenset({_Kind.RELEASE, _Kind.RELEASE_NOW})
 
 
 @dataclass(slots=True)
@@ -135,8 +169,9 @@ class _Work:
     staged: Staged | None = None
     queue: str | None = None  # HOP: the queue entered; INVALID: the queue it was found on
     error: str | None = None
-    refused: PutRefused | None = None  # UNDELIVERABLE: why
+    reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
     order: Order | None = None  # the operator's order this carries out, answered once done
+    count: int = 1  # RETRY: the retry's number; KEEP: times kept
 
 
 class Engine:
@@ -159,6 +194,7 @@ class Engine:
         level_prefetch: int = 1000,
         lead_ms: int = LEAD_MS,
         sinks: Sequence[Sink] = (),
+        failures: FailureSettings | None = None,
     ) -> None:
         """``sinks`` get the outcomes of what the broker confirmed, after the engine's own
         counters and log lines (``StatsSink``, ``LogSink``)."""
@@ -175,6 +211,9 @@ class Engine:
         self.log = (log or structlog.get_logger("staging")).bind(broker=broker.name,
                                                                 prefix=layout.prefix)
         self.sinks: tuple[Sink, ...] = (StatsSink(stats), LogSink(self.log), *sinks)
+        self.failures = FailurePath(broker, failures or FailureSettings(), emit=self._emit,
+                                    clock=clock)
+        self._blocked: set[str] = set()  # message ids kept: their dead-letter home refused
         self.ready_prefetch = ready_prefetch
         self.batch = batch
         self.invalid_queue = layout.invalid
@@ -327,6 +366,7 @@ class Engine:
         self._ready_dest = self.broker.format.client_destination(self.layout.ready)
         self._invalid_dest = self.broker.format.client_destination(self.invalid_queue)
         self._undeliverable_dest = self.broker.format.client_destination(self.undeliverable_queue)
+        self.failures.undeliverable = self._undeliverable_dest
         self.broker.subscribe(self.layout.ready, self.ready_prefetch)
         for queue in self._streamed:
             self.broker.subscribe(queue, self.level_prefetch)
@@ -672,28 +712,94 @@ class Engine:
         move = Move(held, self._invalid_dest, Message(headers, held.message.body))
         return _Work(_Kind.INVALID, move, queue=held.queue, error=headers[INVALID_REASON])
 
-    def _undeliverable(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
-        """A release the broker refused, moved to the undeliverable queue with the reason.
+    def _restage(
+        self, w: _Work, kind: _Kind, due_ms: int, now_ms: int, headers: dict[str, str],
+        reason: Reason, text: str, count: int,
+    ) -> _Work:
+        """``w``'s message back on the staging queues, due again at ``due_ms`` (its own due
+        time kept), with ``headers`` added: a RETRY or a KEEP."""
+        held, staged = w.move.held, w.staged
+        assert staged is not None
+        out = hop_headers(held.message.headers, now_ms=now_ms)
+        out.update(headers)
+        out[RETRY_AT] = str(due_ms)
+        queue = self.layout.queue_for(due_ms - now_ms)
+        dest = (self._ready_dest if queue == self.layout.ready
+                else self.broker.format.client_destination(queue))
+        retried = Staged(staged.target, due_ms, staged.sent_ms, now_ms, staged.expires_ms,
+                         staged.message_id)
+        return _Work(kind, Move(held, dest, Message(out, held.message.body)), retried,
+                     queue=queue, error=text, reason=reason, order=w.order, count=count)
 
-        IBM MQ, for a delayed message it cannot put when due, dead-letters or discards it as
-        its report options say and sends an exception report (MQRO_EXCEPTION*). Reports and
-        MQRO_DISCARD_MSG are not done here yet: every such message is kept, for an operator."""
-        headers = {n: v for n, v in w.move.held.message.headers.items() if n not in FRAME_ONLY}
-        if refused.reason is MQRC_PROPERTY_VALUE_BAD:
-            headers = as_plain_headers(headers)
-        headers[REASON] = refused.reason.name
-        headers[REASON_CODE] = str(refused.reason.code)
-        headers[REASON_TEXT] = refused.text
-        headers[FAILED_AT] = str(now_ms)
-        move = Move(w.move.held, self._undeliverable_dest,
-                    Message(headers, w.move.held.message.body))
-        return _Work(_Kind.UNDELIVERABLE, move, w.staged, refused=refused, order=w.order)
+    def _refused(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
+        """A release the broker refused: tried again later if the refusal can pass and
+        message-retry allows, else the failure path."""
+        staged = w.staged
+        assert staged is not None
+        headers = w.move.held.message.headers
+        attempts = attempts_of(headers)
+        retry = self.failures.retry_for(staged.target)
+        wait_ms = retry_wait_ms(retry, refused, attempts)
+        if w.order is not None:  # a release-now order is done with: message-retry from here
+            self._orders.done(staged.message_id)
+        if wait_ms is not None:
+            return self._restage(w, _Kind.RETRY, now_ms + wait_ms, now_ms,
+                                 {RETRIES: str(attempts)}, refused.reason, refused.text,
+                                 attempts)
+        text = refused.text
+        if attempts > 1:
+            text = f"{text} (put {attempts} times, message-retry {retry})"
+        return self._failed(w, Cause.REFUSED, refused.reason, text, now_ms)
+
+    def _expired(self, w: _Work, now_ms: int) -> _Work:
+        """An expired message: discarded as before, unless it asked for a report or to be
+        kept, or its policy names an expiry destination."""
+        staged = w.staged
+        assert staged is not None
+        if self.failures.routine_expiry(w.move.held.message.headers, staged.target):
+            return w
+        expires = staged.expires_ms
+        return self._failed(w, Cause.EXPIRED, MQFB_EXPIRATION,
+                            f"its time to live ran out at {expires} while staged", now_ms)
+
+    def _failed(self, w: _Work, cause: Cause, reason: Reason, text: str, now_ms: int) -> _Work:
+        """The move that takes a message that cannot be delivered where the failure path says,
+        after its report; a KEEP when the report's dead-letter home refused that report."""
+        held, staged = w.move.held, w.staged
+        assert staged is not None
+        failed = self.failures.fail(held, staged, cause, reason, text, now_ms)
+        if failed.report is not None and failed.destination is not None:
+            try:
+                self.broker.publish(failed.destination, failed.report)
+            except PutRefused as refused:
+                return self._keep(w, refused, now_ms)
+        kind = _FAILED[failed.kind]
+        move = Move(held, failed.destination, failed.message)
+        return _Work(kind, move, staged, queue=failed.destination, error=failed.text,
+                     reason=failed.route.reason, order=w.order)
+
+    def _keep(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
+        """A dead-letter home refused the message: it stays on the staging queues (IBM MQ
+        leaves it on the transmission queue and stops the channel), due again after its
+        target's message-retry interval, doubled each time it is kept, up to KEEP_MAX_MS; its
+        target is tried first then."""
+        staged = w.staged
+        assert staged is not None
+        headers = w.move.held.message.headers
+        kept = int(headers.get(KEPT, "0")) + 1 if headers.get(KEPT, "0").isdigit() else 1
+        interval = max(self.failures.retry_for(staged.target).interval_ms, 1)
+        wait_ms = backoff_ms(kept, initial_ms=interval, max_ms=max(interval, KEEP_MAX_MS))
+        return self._restage(w, _Kind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},
+                             refused.reason, f"{refused.destination}: {refused.text}", kept)
 
     def _settle(self, work: list[_Work], now_ms: int) -> None:
-        """Settle ``work``; a release the broker refuses goes to the undeliverable queue and
-        the rest of the batch is settled after it, without a reconnect. A refused hop, invalid
-        or undeliverable move means a staging queue is missing: that is taken for an outage
-        (the reconnect declares the queues again)."""
+        """Settle ``work``; a release the broker refuses is retried or takes the failure path,
+        a dead-letter move it refuses is kept on the staging queues, and the rest of the batch
+        is settled after it, without a reconnect. A refused hop, invalid, retry or keep move
+        means a staging queue is missing: that is taken for an outage (the reconnect declares
+        the queues again)."""
+        if any(w.kind is _Kind.EXPIRE for w in work):
+            work = [self._expired(w, now_ms) if w.kind is _Kind.EXPIRE else w for w in work]
         while work:
             try:
                 self.broker.settle([w.move for w in work])
@@ -704,8 +810,10 @@ class Engine:
                 bad = work[index]
                 self._record(done, max(now_ms, self.clock()))
                 rest = [w for i, w in enumerate(work) if i > index and i not in also]
-                if bad.kind in (_Kind.RELEASE, _Kind.RELEASE_NOW):
-                    work = [self._undeliverable(bad, refused, now_ms), *rest]
+                if bad.kind in _RELEASES:
+                    work = [self._refused(bad, refused, now_ms), *rest]
+                elif bad.kind in _TO_DEAD_LETTER:
+                    work = [self._keep(bad, refused, now_ms), *rest]
                 elif bad.kind is _Kind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
                     # The message itself cannot be put (it would fail at every reconnect and
                     # stall the engine): kept on the invalid queue for an operator.
@@ -720,6 +828,10 @@ class Engine:
         # Lateness counts until the broker confirmed the release, not from when it began.
         self._record(work, max(now_ms, self.clock()))
 
+    def _emit(self, outcomes: Sequence[Outcome]) -> None:
+        for sink in self.sinks:
+            sink(outcomes)
+
     def _record(self, work: list[_Work], now_ms: int) -> None:
         """Hand what the broker has now done to the sinks, as outcomes."""
         looks = self._next_look
@@ -727,13 +839,15 @@ class Engine:
         hops = 0
         for w in work:
             staged, kind = w.staged, w.kind
-            if kind is _Kind.HOP:
-                hops += 1
+            if kind is _Kind.HOP or kind is _Kind.RETRY or kind is _Kind.KEEP:
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.
                     looks[w.queue] = min(looks[w.queue], now_ms + dwell)
-            elif kind is _Kind.INVALID:
+                if kind is _Kind.HOP:
+                    hops += 1
+                    continue
+            if kind is _Kind.INVALID:
                 headers = w.move.held.message.headers
                 outcomes.append(Outcome(
                     Kind.INVALID, now_ms,
@@ -743,16 +857,20 @@ class Engine:
                 ))
             else:
                 assert staged is not None
-                refused = w.refused
                 outcomes.append(Outcome(
                     _OUTCOME[kind], now_ms, staged.message_id, staged.target, staged.due_ms,
                     staged.expires_ms,
-                    reason=refused.reason if refused is not None else (
-                        MQFB_EXPIRATION if kind is _Kind.EXPIRE else None),
-                    detail=refused.text if refused is not None else "",
-                    queue=self.undeliverable_queue if kind is _Kind.UNDELIVERABLE else None,
-                    size=len(w.move.held.message.body),
+                    reason=w.reason or (MQFB_EXPIRATION if kind is _Kind.EXPIRE else None),
+                    detail=w.error or "",
+                    queue=self.undeliverable_queue if kind is _Kind.UNDELIVERABLE else w.queue,
+                    size=len(w.move.held.message.body), count=w.count,
                 ))
+                if kind is _Kind.KEEP:
+                    self._blocked.add(staged.message_id)
+                    self.stats.blocked = len(self._blocked)
+                elif self._blocked and kind is not _Kind.RETRY:
+                    self._blocked.discard(staged.message_id)
+                    self.stats.blocked = len(self._blocked)
             if w.order is not None and w.order.reply_topic:
                 answer = w.order.answer(_DONE.get(w.kind, w.kind.value))
                 self._answers.append((w.order.reply_topic, answer))

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from adapters.base import StagedFormat
+from policies.reasons import Reason
 
 PREFIX = "jms-bridge-"
 TARGET = PREFIX + "target"  # the destination the application sent to
@@ -38,6 +39,14 @@ ORIGINAL_DESTINATION = PREFIX + "original-destination"  # where it was going (ST
 # The same in TIBCO's form, for selectors on the undelivered queue: Queue[orders], Topic[prices].
 ORIGINAL_JMS_DESTINATION = PREFIX + "original-jms-destination"
 POLICY = PREFIX + "policy"  # the redelivery policy that decided: "<dialect>: <text>"
+# Message-retry (``policies.retry``): puts of a due message its target refused so far, and when
+# to try again (epoch ms; its due time, and so its JMSDeliveryTime, is kept).
+RETRIES = PREFIX + "retries"
+RETRY_AT = PREFIX + "retry-at"
+# Times its dead-letter destination refused it (it was kept on the staging queues each time).
+KEPT = PREFIX + "kept"
+# On a report message (``policies.reports``): exception | expiration.
+REPORT = PREFIX + "report"
 TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"
 ORIGINAL_TTL = PREFIX + "ttl-value"  # its value as sent
 
@@ -100,11 +109,13 @@ class Staged:
 
     @classmethod
     def of(cls, headers: dict[str, str]) -> Staged:
-        """Raises KeyError/ValueError for a message that is not a staged copy."""
+        """Raises KeyError/ValueError for a message that is not a staged copy. A copy waiting
+        to be put again (message-retry) is due at its retry time."""
         expires = headers.get(EXPIRES)
+        retry_at = headers.get(RETRY_AT)
         return cls(
             target=headers[TARGET],
-            due_ms=int(headers[DUE]),
+            due_ms=int(retry_at) if retry_at else int(headers[DUE]),
             sent_ms=int(headers[SENT]),
             entered_ms=int(headers[ENTERED]),
             expires_ms=int(expires) if expires else None,
@@ -190,4 +201,54 @@ def released_headers(headers: dict[str, str], fmt: StagedFormat, *, now_ms: int)
         out["expires"] = headers[ORIGINAL_TTL]
     elif ttl_header == "expiration" and expires:
         out["expiration"] = str(max(int(expires) - now_ms, 1))
+    return out
+
+
+def jms_destination(destination: str) -> str:
+    """TIBCO's form of a destination: ``Queue[orders]``, ``Topic[prices]``."""
+    kind, _, name = destination.rpartition("/")
+    return f"Topic[{name}]" if "topic" in kind or "exchange" in kind else f"Queue[{name}]"
+
+
+def mark_failed(
+    headers: dict[str, str],
+    *,
+    reason: Reason,
+    text: str,
+    destination: str,
+    now_ms: int,
+    delivery_count: int | str,
+    policy: str | None = None,
+) -> dict[str, str]:
+    """Add to ``headers`` why and where from a message could not be delivered: the headers
+    every dead-letter, undelivered or undeliverable copy carries, written by the consumer side
+    (a redelivery limit) and the staging engine (a refused release, an expiry) alike."""
+    headers.update({
+        REASON: reason.name,
+        REASON_CODE: str(reason.code),
+        REASON_TEXT: text,
+        FAILED_AT: str(now_ms),
+        ORIGINAL_DESTINATION: destination,
+        ORIGINAL_JMS_DESTINATION: jms_destination(destination),
+        DELIVERY_COUNT: str(delivery_count),
+    })
+    if policy:
+        headers[POLICY] = policy
+    return headers
+
+
+def failed_copy_headers(
+    headers: dict[str, str], fmt: StagedFormat, *, now_ms: int
+) -> dict[str, str]:
+    """The headers of a staged message's dead-letter copy, before ``mark_failed``: the message
+    the application sent, as it would have been released (its own correlation id, its original
+    message id), without a time to live (a dead letter does not expire; the original's stays in
+    ``jms-bridge-ttl-*``), with the target, due time and message-retry count kept."""
+    out = released_headers(headers, fmt, now_ms=now_ms)
+    out.pop("expires", None)
+    out.pop("expiration", None)
+    for name in (TARGET, DUE, RETRIES, KEPT, TTL_HEADER, ORIGINAL_TTL, EXPIRES):
+        if name in headers:
+            out[name] = headers[name]
+    out.setdefault(DELIVERY_COUNT, "0")
     return out

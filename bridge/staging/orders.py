@@ -148,6 +148,10 @@ class Orders:
             return None
         return entry[1]
 
+    def done(self, message_id: str) -> None:
+        """Forget the order for ``message_id``: carried out, it is not to be met again."""
+        self._by_id.pop(message_id, None)
+
     def forget(self, now_ms: int) -> None:
         """Drop the orders whose time is up (they are kept in the order they came)."""
         by_id = self._by_id

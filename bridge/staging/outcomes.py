@@ -17,7 +17,7 @@ from typing import Protocol
 from structlog.typing import FilteringBoundLogger
 
 from bridge.staging.stats import StagingStats
-from policies.reasons import MQFB_EXPIRATION, Reason
+from policies.reasons import MQFB_EXPIRATION, MQRC_BACKOUT_THRESHOLD_REACHED, Reason
 
 
 class Kind(enum.Enum):
@@ -35,6 +35,14 @@ class Kind(enum.Enum):
     DEAD_LETTERED = "dead-lettered"  # moved to the policy's destination (``queue``)
     UNDELIVERED = "undelivered"  # moved to the undelivered queue (TIBCO's $sys.undelivered)
     DELETED = "deleted"  # the policy deletes it
+    # A staged message that could not be delivered (the staging engine, ``policies.failures``);
+    # it also ends as UNDELIVERABLE, UNDELIVERED, DEAD_LETTERED, DELETED (MQRO_DISCARD_MSG) or
+    # EXPIRED, with the refusal's reason (MQFB_EXPIRATION for an expiry):
+    RETRIED = "retried"  # refused for a reason that can pass: tried again later (``count``)
+    # An IBM MQ report put to its reply-to (``queue``; ``detail``: exception or expiration), or
+    # refused by it (``detail``: "refused: ..."; ``reason``: the refusal's).
+    REPORTED = "reported"
+    KEPT = "kept"  # its dead-letter destination refused it too: kept on the staging queues
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,11 @@ class Outcome:
 
 
 _FAILURE_KINDS = frozenset({Kind.REDELIVERED, Kind.DEAD_LETTERED, Kind.UNDELIVERED, Kind.DELETED})
+# Outcomes counted and logged but not journaled (no event of a message's life of their own).
+UNJOURNALED = frozenset({Kind.HOPPED, Kind.RETRIED, Kind.KEPT})
+# Where the engine's failures went, as ``StagingStats.on_dead_letter`` names it.
+_HOMES = {Kind.UNDELIVERABLE: "undeliverable", Kind.UNDELIVERED: "undelivered",
+          Kind.DEAD_LETTERED: "dead-letter", Kind.DELETED: "discard", Kind.EXPIRED: "discard"}
 
 
 class Sink(Protocol):
@@ -64,7 +77,7 @@ class Sink(Protocol):
 
 
 class StatsSink:
-    """Counts outcomes into the engine's shared counters (read by ``/metrics``)."""
+    """Counts the engine's outcomes into its shared counters (read by ``/metrics``)."""
 
     def __init__(self, stats: StagingStats) -> None:
         self.stats = stats
@@ -73,6 +86,10 @@ class StatsSink:
         stats = self.stats
         for o in outcomes:
             kind = o.kind
+            if kind in _HOMES and o.reason is not None:
+                stats.on_dead_letter(o.reason.name, _HOMES[kind])
+                if o.reason is MQFB_EXPIRATION and kind is not Kind.EXPIRED:
+                    stats.expired += 1  # expired, and kept somewhere
             if kind is Kind.RELEASED:
                 stats.released += 1
                 stats.observe_lateness(o.at_ms - (o.due_ms or o.at_ms))
@@ -90,6 +107,17 @@ class StatsSink:
                 stats.invalid += 1
             elif kind is Kind.STAGED and o.queue is not None:
                 stats.on_staged(o.queue)
+            elif kind is Kind.RETRIED:
+                stats.retries += 1
+            elif kind is Kind.REPORTED:
+                if o.detail == "expiration":
+                    stats.reports_expiration += 1
+                elif o.detail == "exception":
+                    stats.reports_exception += 1
+                else:
+                    stats.reports_refused += 1
+            elif kind is Kind.KEPT:
+                stats.kept += 1
 
 
 class FailureTally:
@@ -144,9 +172,42 @@ class LogSink:
                           policy=o.detail)
             elif kind in (Kind.DEAD_LETTERED, Kind.UNDELIVERED, Kind.DELETED):
                 assert o.reason is not None
-                log.info(f"redelivery limit: {kind.value}", message_id=o.message_id,
-                         destination=o.target, delivery_count=o.count, to=o.queue,
-                         reason=o.reason.name, reason_code=o.reason.code, policy=o.detail)
+                if o.reason is MQRC_BACKOUT_THRESHOLD_REACHED:
+                    log.info(f"redelivery limit: {kind.value}", message_id=o.message_id,
+                             destination=o.target, delivery_count=o.count, to=o.queue,
+                             reason=o.reason.name, reason_code=o.reason.code, policy=o.detail)
+                else:
+                    log.warning(f"staged message could not be delivered: {kind.value}",
+                                message_id=o.message_id, target=o.target, to=o.queue,
+                                reason=o.reason.name, reason_code=o.reason.code, why=o.detail)
+            elif kind is Kind.RETRIED:
+                assert o.reason is not None
+                log.info("staged message refused by its target, to be tried again",
+                         message_id=o.message_id, target=o.target, reason=o.reason.name,
+                         reason_code=o.reason.code, retry=o.count, retry_at=o.due_ms,
+                         detail=o.detail)
+            elif kind is Kind.REPORTED:
+                assert o.reason is not None
+                if o.detail in ("exception", "expiration"):
+                    log.info(f"{o.detail} report sent", message_id=o.message_id,
+                             target=o.target, reply_to=o.queue, feedback=o.reason.code,
+                             reason=o.reason.name)
+                else:
+                    log.warning("the reply-to refused the report: it goes to the dead-letter "
+                                "destination with the original", message_id=o.message_id,
+                                target=o.target, reply_to=o.queue, reason=o.reason.name,
+                                reason_code=o.reason.code, detail=o.detail)
+            elif kind is Kind.KEPT:
+                assert o.reason is not None
+                # Tried again every message-retry interval: say it loud the 1st, 2nd, 4th... time.
+                if o.count & (o.count - 1) == 0:
+                    log.warning("dead-letter destination refused the message: kept on the "
+                                "staging queues, to be tried again", message_id=o.message_id,
+                                target=o.target, reason=o.reason.name,
+                                reason_code=o.reason.code, detail=o.detail, times=o.count)
+                else:
+                    log.debug("dead-letter destination still refuses the message",
+                              message_id=o.message_id, detail=o.detail, times=o.count)
             elif kind is Kind.INVALID:
                 log.error("unreadable staged message moved", message_id=o.message_id,
                           target=o.target, invalid_queue=o.queue, error=o.detail)

@@ -25,6 +25,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from policies.reasons import BY_NAME
+
 # Release time minus due time, ms. A healthy engine releases in the first buckets; the tail to
 # 10 s shows a backlog, a stall or a reconnect.
 LATENESS_BUCKETS_MS: tuple[int, ...] = (
@@ -39,9 +41,18 @@ ENGINE_FIELDS = (
     "released", "expired", "invalid", "undeliverable", "hops", "reconnects", "lateness_sum_ms",
     "cancelled",  # by the engine, on an operator's order
     "pending_count",  # pending messages as last counted by the engine; -1 = unknown
+    "retries",  # refused releases put back on the staging queues to be tried again
+    "reports_exception", "reports_expiration",  # reports put to a reply-to
+    "reports_refused",  # reports the reply-to refused (sent to the dead-letter home instead)
+    "kept",  # times a dead-letter destination refused a message, kept on the staging queues
+    "blocked",  # messages kept that way now (a gauge)
 )
 LATENESS_SLOT = len(ENGINE_FIELDS)
-SLOTS = LATENESS_SLOT + len(LATENESS_BUCKETS_MS) + 1  # the last bucket: above the top bound
+# Then the dead-letter moves of the engine by reason and home: one slot per pair.
+DEAD_LETTER_REASONS: tuple[str, ...] = (*sorted(BY_NAME), "other")
+DEAD_LETTER_HOMES: tuple[str, ...] = ("undeliverable", "undelivered", "dead-letter", "discard")
+DEAD_LETTER_SLOT = LATENESS_SLOT + len(LATENESS_BUCKETS_MS) + 1  # last bucket: above the top
+SLOTS = DEAD_LETTER_SLOT + len(DEAD_LETTER_REASONS) * len(DEAD_LETTER_HOMES)
 
 
 def shared_slots() -> MutableSequence[int]:
@@ -78,6 +89,12 @@ class StagingStats:
     undeliverable = _Slot("undeliverable")  # releases the broker refused (undeliverable queue)
     hops = _Slot("hops")
     reconnects = _Slot("reconnects")
+    retries = _Slot("retries")
+    reports_exception = _Slot("reports_exception")
+    reports_expiration = _Slot("reports_expiration")
+    reports_refused = _Slot("reports_refused")
+    kept = _Slot("kept")
+    blocked = _Slot("blocked")
     lateness_sum_ms = _Slot("lateness_sum_ms")
     _pending_count = _Slot("pending_count")
 
@@ -118,10 +135,26 @@ class StagingStats:
         self.slots[LATENESS_SLOT + bisect.bisect_left(LATENESS_BUCKETS_MS, late_ms)] += 1
         self.lateness_sum_ms += late_ms
 
+    def on_dead_letter(self, reason: str, home: str) -> None:
+        """One message moved (or discarded) by the engine because it could not be delivered."""
+        r = DEAD_LETTER_REASONS.index(reason if reason in BY_NAME else "other")
+        self.slots[DEAD_LETTER_SLOT + r * len(DEAD_LETTER_HOMES)
+                   + DEAD_LETTER_HOMES.index(home)] += 1
+
+    def dead_letters(self) -> dict[tuple[str, str], int]:
+        """(reason, home) -> moves so far, the pairs that happened."""
+        out: dict[tuple[str, str], int] = {}
+        for r, reason in enumerate(DEAD_LETTER_REASONS):
+            for h, home in enumerate(DEAD_LETTER_HOMES):
+                n = self.slots[DEAD_LETTER_SLOT + r * len(DEAD_LETTER_HOMES) + h]
+                if n:
+                    out[reason, home] = int(n)
+        return out
+
     @property
     def lateness_counts(self) -> list[int]:
         """A snapshot of the lateness bucket counts, the last one above the top bound."""
-        return list(self.slots[LATENESS_SLOT:SLOTS])
+        return list(self.slots[LATENESS_SLOT:DEAD_LETTER_SLOT])
 
     @property
     def lateness_count(self) -> int:
@@ -169,8 +202,35 @@ class _StagingCollector(Collector):
              s.hops),
             ("jms_bridge_staging_reconnects", "Times the engine lost the broker and reconnected.",
              s.reconnects),
+            ("jms_bridge_staging_retries",
+             "Releases refused for a reason that can pass (queue full, put-inhibited), put back "
+             "to be tried again (message-retry).", s.retries),
+            ("jms_bridge_staging_reports_refused",
+             "Report messages the reply-to refused: sent to the dead-letter destination with "
+             "the original instead.", s.reports_refused),
+            ("jms_bridge_staging_dead_letter_refused",
+             "Times a dead-letter, undelivered or undeliverable destination refused a message, "
+             "which was kept on the staging queues to be tried again.", s.kept),
         ):
             yield CounterMetricFamily(name, doc, value=value)
+        reports = CounterMetricFamily(
+            "jms_bridge_staging_reports", "IBM MQ report messages put to a reply-to, by kind.",
+            labels=["kind"])
+        reports.add_metric(["exception"], s.reports_exception)
+        reports.add_metric(["expiration"], s.reports_expiration)
+        yield reports
+        moves = CounterMetricFamily(
+            "jms_bridge_staging_dead_letters",
+            "Staged messages that could not be delivered (refused when due, or expired), by "
+            "reason and where they went: the undeliverable, undelivered or a policy's "
+            "dead-letter destination, or discarded.", labels=["reason", "to"])
+        for (reason, home), n in s.dead_letters().items():
+            moves.add_metric([reason, home], n)
+        yield moves
+        yield GaugeMetricFamily(
+            "jms_bridge_staging_dead_letter_blocked",
+            "Messages kept on the staging queues because their dead-letter destination refused "
+            "them (IBM MQ stops the channel rather than lose one).", value=s.blocked)
         counts = s.lateness_counts  # a snapshot: the engine keeps counting
         cumulative = 0
         buckets: list[tuple[str, float]] = []

@@ -145,7 +145,10 @@ class Busy(BridgeError):
 class Outcome:
     """What became of a staged message a tool was asked to cancel or release."""
 
-    done: str  # "cancelled", "released"; from an engine also "expired", "undeliverable"
+    # "cancelled", "released"; from an engine also "expired", "undeliverable", and where a
+    # release its target refused went: "retried", "undelivered", "dead-lettered", "discarded",
+    # "kept".
+    done: str
     by_engine: bool  # a running engine held it and did it
     staged: Message | None = None  # the staged copy the tool itself took (its journal event)
 
@@ -159,6 +162,15 @@ class Outcome:
         if self.done == "undeliverable":
             return (f"undeliverable {message_id}: its target refused it; it is on the "
                     "undeliverable staging queue")
+        if self.done == "retried":
+            return (f"retried {message_id}: its target refused it for now (full); it is back on "
+                    "the staging queues, to be tried again (message-retry)")
+        if self.done in ("undelivered", "dead-lettered", "discarded"):
+            return (f"{self.done} {message_id}: its target refused it (see the bridge's log "
+                    "for where it went)")
+        if self.done == "kept":
+            return (f"kept {message_id}: its target and its dead-letter destination refused it; "
+                    "it is back on the staging queues")
         return f"{self.done} {message_id}"
 
 

@@ -244,7 +244,6 @@ def test_settings_still_to_land_have_a_place_in_values() -> None:
         "payments.>": {"dialect": "weblogic", "redelivery-delay": 2000,
                        "redelivery-limit": 5, "error-destination": "payments.dlq"},
     }
-    assert config["message-retry"] == {"attempts": 3}
     assert config["journal"] == "/var/lib/jms-bridge/journal"
     assert config["amqp-listen"] == "0.0.0.0:5673"
     assert config["log-level"] == "warning"  # extraConfig is merged last

@@ -53,6 +53,11 @@ EVERY_KIND = [
             queue="/queue/jms-bridge.undelivered", count=5),
     Outcome(Kind.DELETED, 100, "ID:9", "/queue/o", reason=MQRC_BACKOUT_THRESHOLD_REACHED,
             count=3),
+    # The staging engine's failures: a report, and an expired message kept as undelivered.
+    Outcome(Kind.REPORTED, 6010, "ID:10", "/queue/a", reason=MQFB_EXPIRATION,
+            detail="expiration", queue="/queue/replies"),
+    Outcome(Kind.UNDELIVERED, 6010, "ID:11", "/queue/a", 6000, 5000, reason=MQFB_EXPIRATION,
+            queue="/queue/jms-bridge.undelivered"),
 ]
 
 
@@ -70,7 +75,9 @@ def lines(tmp_path: Path) -> list[dict[str, object]]:
 def test_every_outcome_but_a_hop_is_one_line_by_the_schema(tmp_path: Path) -> None:
     writer = JournalWriter(spec(tmp_path), "engine").start()
     sink = JournalSink(writer)
-    sink([*EVERY_KIND[:3], Outcome(Kind.HOPPED, 5, count=40)])
+    sink([*EVERY_KIND[:3], Outcome(Kind.HOPPED, 5, count=40),
+          Outcome(Kind.RETRIED, 5, "ID:1", "/queue/a", reason=MQFB_EXPIRATION),
+          Outcome(Kind.KEPT, 5, "ID:1", "/queue/a", reason=MQFB_EXPIRATION)])
     sink(EVERY_KIND[3:])
     writer.close()
     got = lines(tmp_path)
