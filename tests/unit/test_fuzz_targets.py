@@ -127,3 +127,19 @@ def test_properties_decoded_when_read_are_502_from_the_publish_screen() -> None:
         targets._run(targets._SCREEN(message, conn))
     assert info.value.reply_code == 502 and "content header" in info.value.reply_text
     assert info.value.reply().startswith(b"\x01\x00\x00")
+
+
+def test_an_amqplain_response_whose_array_overruns_is_unreadable_not_a_hang() -> None:
+    """Found by the amqp target (a timeout): a Connection.Start-Ok whose AMQPLAIN response
+    holds a field array announcing more bytes than it has made pamqp's decoder loop for ever
+    (an empty rest decodes as a zero-byte value). The response is bounds-checked first now: no
+    principal, and the broker judges the login."""
+    from types import SimpleNamespace
+
+    from bridge.frontends.amqp.connection import credentials
+
+    response = b"\x05LOGINA\x07\x00\x00\x00\x00"
+    start_ok = SimpleNamespace(mechanism="AMQPLAIN", response=response.decode("latin-1"))
+    assert credentials(start_ok) == (None, None)
+    data = (CORPUS / "amqp" / "regression-amqplain-array-overruns").read_bytes()
+    targets.amqp(data)  # returns (a hang here was the bug)

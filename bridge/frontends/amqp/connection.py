@@ -117,8 +117,11 @@ def credentials(start_ok: object) -> tuple[str | None, str | None]:
     elif mechanism == "AMQPLAIN":
         from pamqp import decode
 
+        from bridge.frontends.amqp.tables import table_entries
+
         try:
             raw = response.encode("latin-1") if isinstance(response, str) else response
+            table_entries(raw)  # bounds first: pamqp loops for ever on an array that overruns
             _, table = decode.field_table(len(raw).to_bytes(4, "big") + raw)
         except Exception:  # noqa: BLE001 - an unreadable response: no principal, the broker judges
             return None, None
