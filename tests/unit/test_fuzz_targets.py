@@ -143,3 +143,14 @@ def test_an_amqplain_response_whose_array_overruns_is_unreadable_not_a_hang() ->
     assert credentials(start_ok) == (None, None)
     data = (CORPUS / "amqp" / "regression-amqplain-array-overruns").read_bytes()
     targets.amqp(data)  # returns (a hang here was the bug)
+
+
+def test_a_delayed_publish_with_delivery_mode_3_is_staged_not_a_crash() -> None:
+    """Found by the amqp target: a delayed publish whose delivery mode is neither 1 nor 2
+    (RabbitMQ takes any octet and persists only 2) made pamqp refuse to write the staged
+    copy's properties, an exception no front-end expects. It is staged as transient now."""
+    from bridge.frontends.amqp.translate import properties_of
+
+    assert properties_of({"persistent": "false", "amqp-delivery-mode": "3"}) is not None
+    data = (CORPUS / "amqp" / "regression-delayed-publish-delivery-mode-3").read_bytes()
+    targets.amqp(data)  # returns, or raises the protocol error the target allows

@@ -69,6 +69,9 @@ def properties_of(headers: dict[str, str]) -> commands.Basic.Properties:
             continue
         if name == "timestamp":
             value = dt.datetime.fromtimestamp(int(value), dt.UTC)
+        elif name == "delivery_mode" and value not in (1, 2):
+            # RabbitMQ takes any octet here and persists only 2; pamqp refuses to write others
+            value = 1
         values[name] = value
     return commands.Basic.Properties(**values)
 
