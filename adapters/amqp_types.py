@@ -21,6 +21,7 @@ pika, which the staging engine publishes with, cannot write floats: a float come
 from __future__ import annotations
 
 import base64
+import struct
 import binascii
 import decimal
 import functools
@@ -80,7 +81,8 @@ def encode(table: Mapping[str, Any] | None, delivery_mode: int | None = None,
     pieces: list[bytes] = []
     try:
         pdata.encode_table(pieces, outer)
-    except (pexceptions.UnsupportedAMQPFieldException, ValueError, OverflowError):
+    except (pexceptions.UnsupportedAMQPFieldException, ValueError, OverflowError,
+            struct.error):
         return None  # something even pika cannot write: the strings will do
     return base64.b64encode(b"".join(pieces)).decode()
 

@@ -154,3 +154,16 @@ def test_a_delayed_publish_with_delivery_mode_3_is_staged_not_a_crash() -> None:
     assert properties_of({"persistent": "false", "amqp-delivery-mode": "3"}) is not None
     data = (CORPUS / "amqp" / "regression-delayed-publish-delivery-mode-3").read_bytes()
     targets.amqp(data)  # returns, or raises the protocol error the target allows
+
+
+def test_a_header_decimal_pika_cannot_write_keeps_the_strings_not_a_crash() -> None:
+    """Found by the amqp target: a delayed publish whose header table holds a decimal pika
+    cannot write back (its unscaled value past 32 bits) raised struct.error where the staged
+    copy's typed table is written. The table's types are then not kept; the strings are."""
+    import decimal
+
+    from adapters import amqp_types
+
+    assert amqp_types.encode({"d": decimal.Decimal("1E+20"), "n": 1}) is None
+    data = (CORPUS / "amqp" / "regression-delayed-publish-decimal-out-of-range").read_bytes()
+    targets.amqp(data)
