@@ -21,10 +21,10 @@ pika, which the staging engine publishes with, cannot write floats: a float come
 from __future__ import annotations
 
 import base64
-import struct
 import binascii
 import decimal
 import functools
+import struct
 from collections.abc import Mapping
 from typing import Any
 

@@ -27,8 +27,9 @@ import contextlib
 import queue as queues
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
+from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
@@ -189,35 +190,15 @@ class ActiveMQQueues(ActiveMQ):
         acting = [v for _, v in pending if not isinstance(v.action, Keep)]
         if before_commit is not None and acting:
             before_commit(acting)
-        for _, visit in pending:
-            if isinstance(visit.action, Put) and not _valid_destination(visit.action.destination):
-                raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
-                                 "not a destination ActiveMQ's STOMP can send to: nothing of "
-                                 "this batch was done", visit.action.destination)
+        undone = "nothing of this batch was done"
+        _check_destinations((v.action.destination for _, v in pending
+                             if isinstance(v.action, Put)), undone)
         conn = self._live()
         tx = f"jb-sweep-{next(self._ids)}"
         targets = [(frame, *self._target(queue, visit)) for frame, visit in pending]
-        sends = [(f, w, m) for f, w, m in targets if w is not None]
-        # Only the last SEND asks for a receipt (a receipt on each made ActiveMQ take each
-        # SEND of a transaction one by one: 3 ms apiece here). The broker answers frames in
-        # order, so once that receipt is in, an ERROR for any SEND before it is in too.
-        errors = len(self._listener.errors)
-        barrier = self._receipt()
-        with self._translate(), _corked(conn):
-            conn.begin(tx, **({} if sends else {"receipt": barrier}))
-            for i, (frame, where, message) in enumerate(sends):
-                extra = {"receipt": barrier} if i == len(sends) - 1 else {}
-                self._send(conn, where, message, text="content-length" not in frame.headers,
-                           transaction=tx, **extra)
-        why = self._await_all([barrier], "sweep SEND").get(barrier)
-        if why is None and len(self._listener.errors) > errors:
-            why = self._listener.errors[-1]
-        if why is not None:
-            with self._translate():
-                conn.abort(tx)
-            where = ", ".join(sorted({w for _, w, _ in sends}))
-            raise PutRefused(0, activemq_reason(why), f"{why}: nothing of this batch was done",
-                             where)
+        self._begin_with_sends(conn, tx, [(w, m, "content-length" not in f.headers)
+                                          for f, w, m in targets if w is not None],
+                               "sweep SEND", undone)
         done = self._receipt()
         with self._translate(), _corked(conn):
             for frame, _ in pending:
@@ -236,35 +217,43 @@ class ActiveMQQueues(ActiveMQ):
         pending.clear()
 
     def put_all(self, puts: Sequence[Put], *, text: bool = False) -> None:
-        for put in puts:
-            if not _valid_destination(put.destination):
-                raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
-                                 "not a destination ActiveMQ's STOMP can send to: none of them "
-                                 "was put", put.destination)
+        undone = "none of them was put"
+        _check_destinations((put.destination for put in puts), undone)
         if not puts:
             return
         conn = self._live()
         tx = f"jb-put-{next(self._ids)}"
+        self._begin_with_sends(conn, tx, [(p.destination, p.message, text) for p in puts],
+                               "put SEND", undone)
+        done = self._receipt()
+        with self._translate():
+            conn.commit(tx, receipt=done)
+        self._await([done], "put COMMIT")
+
+    def _begin_with_sends(
+        self, conn: Connection12, tx: str, sends: Sequence[tuple[str, Message, bool]], what: str,
+        undone: str,
+    ) -> None:
+        """BEGIN ``tx`` and its SENDs (destination, message, as a text message); PutRefused
+        saying ``undone``, the transaction aborted, when the broker refuses any of them."""
+        # Only the last SEND asks for a receipt (a receipt on each made ActiveMQ take each
+        # SEND of a transaction one by one: 3 ms apiece here). The broker answers frames in
+        # order, so once that receipt is in, an ERROR for any SEND before it is in too.
         errors = len(self._listener.errors)
         barrier = self._receipt()
         with self._translate(), _corked(conn):
-            conn.begin(tx)
-            for i, put in enumerate(puts):  # one receipt, on the last (see _commit)
-                extra = {"receipt": barrier} if i == len(puts) - 1 else {}
-                self._send(conn, put.destination, put.message, text=text, transaction=tx,
-                           **extra)
-        why = self._await_all([barrier], "put SEND").get(barrier)
+            conn.begin(tx, **({} if sends else {"receipt": barrier}))
+            for i, (where, message, text) in enumerate(sends):
+                extra = {"receipt": barrier} if i == len(sends) - 1 else {}
+                self._send(conn, where, message, text=text, transaction=tx, **extra)
+        why = self._await_all([barrier], what).get(barrier)
         if why is None and len(self._listener.errors) > errors:
             why = self._listener.errors[-1]
         if why is not None:
             with self._translate():
                 conn.abort(tx)
-            where = ", ".join(sorted({p.destination for p in puts}))
-            raise PutRefused(0, activemq_reason(why), f"{why}: none of them was put", where)
-        done = self._receipt()
-        with self._translate():
-            conn.commit(tx, receipt=done)
-        self._await([done], "put COMMIT")
+            where = ", ".join(sorted({w for w, _, _ in sends}))
+            raise PutRefused(0, activemq_reason(why), f"{why}: {undone}", where)
 
     @staticmethod
     def _target(queue: str, visit: Visit) -> tuple[str | None, Message]:
@@ -277,3 +266,12 @@ class ActiveMQQueues(ActiveMQ):
         if visit.found.broker_id:
             headers.setdefault(ORIGINAL_ID, visit.found.broker_id)
         return f"/queue/{queue}", Message(headers, message.body)
+
+
+def _check_destinations(destinations: Iterable[str], undone: str) -> None:
+    """PutRefused for the first destination ActiveMQ's STOMP cannot name."""
+    for destination in destinations:
+        if not _valid_destination(destination):
+            raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
+                             f"not a destination ActiveMQ's STOMP can send to: {undone}",
+                             destination)

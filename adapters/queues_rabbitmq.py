@@ -20,13 +20,8 @@ into plain headers: ``x-death-count``, ``x-death-reason``, ``x-death-queue`` and
 
 from __future__ import annotations
 
-import base64
 import collections
 import datetime as dt
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -104,14 +99,9 @@ class RabbitMQQueues(RabbitMQ):
             raise BrokerUnavailable(
                 f"{self._where()}: listing queues needs RabbitMQ's management API "
                 "(--upstream-management http://USER:PASS@HOST:15672)")
-        vhost = urllib.parse.quote(self.endpoint.vhost or "/", safe="")
-        url = f"http://{ep.host}:{ep.port}/api/queues/{vhost}?columns=name,messages"
-        request = urllib.request.Request(url)
-        token = base64.b64encode(f"{ep.user or 'guest'}:{ep.password or 'guest'}".encode())
-        request.add_header("Authorization", "Basic " + token.decode())
+        url = self._management_url("?columns=name,messages")
         try:
-            with urllib.request.urlopen(request, timeout=self._http_timeout) as answer:
-                rows = json.loads(answer.read())
+            rows = self._management_json(url)
         except (OSError, ValueError) as exc:
             raise BrokerUnavailable(f"RabbitMQ management API at {url}: {exc}") from exc
         return {str(r["name"]): int(r.get("messages") or 0) for r in rows

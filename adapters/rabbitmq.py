@@ -882,21 +882,32 @@ class RabbitMQ:
             return False
         return where.exchange == "" and where.declare
 
-    def _queue_info(self, queue: str) -> Mapping[str, Any] | None:
-        """The management API's view of a queue: arguments, policy, ready bytes; None when it
-        does not exist, or the API cannot be asked (logged: the other checks still count)."""
+    def _management_url(self, rest: str) -> str:
+        """The management API's URL of this vhost's queues, then ``rest``."""
         ep = self._management
         assert ep is not None
         vhost = urllib.parse.quote(self.endpoint.vhost or "/", safe="")
-        url = (f"http://{ep.host}:{ep.port}/api/queues/{vhost}/"
-               f"{urllib.parse.quote(queue, safe='')}"
-               "?columns=arguments,effective_policy_definition,message_bytes_ready")
+        return f"http://{ep.host}:{ep.port}/api/queues/{vhost}{rest}"
+
+    def _management_json(self, url: str) -> Any:
+        """GET ``url`` of the management API with its credentials, as JSON; urllib's errors
+        (HTTPError, OSError) and ValueError for a body that is not JSON."""
+        ep = self._management
+        assert ep is not None
         request = urllib.request.Request(url)
         token = base64.b64encode(f"{ep.user or 'guest'}:{ep.password or 'guest'}".encode())
         request.add_header("Authorization", "Basic " + token.decode())
+        with urllib.request.urlopen(request, timeout=self._http_timeout) as answer:
+            return json.loads(answer.read())
+
+    def _queue_info(self, queue: str) -> Mapping[str, Any] | None:
+        """The management API's view of a queue: arguments, policy, ready bytes; None when it
+        does not exist, or the API cannot be asked (logged: the other checks still count)."""
+        url = self._management_url(
+            f"/{urllib.parse.quote(queue, safe='')}"
+            "?columns=arguments,effective_policy_definition,message_bytes_ready")
         try:
-            with urllib.request.urlopen(request, timeout=self._http_timeout) as answer:
-                info = json.loads(answer.read())
+            info = self._management_json(url)
         except urllib.error.HTTPError as exc:
             if exc.code != 404:
                 self._log.warning("queue limits not seen", queue=queue, url=url,

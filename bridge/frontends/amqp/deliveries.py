@@ -16,13 +16,13 @@ their order and their integer widths.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from adapters import amqp_types
 from bridge.frontends.amqp.assembler import DELIVER, Message
 from bridge.frontends.amqp.tables import table_entries
 from bridge.frontends.amqp.translate import headers_of
+from bridge.frontends.headers import LazyHeaders
 from bridge.intercept.views import Delivery
 
 _LONGLONG = struct.Struct(">Q")
@@ -67,16 +67,16 @@ def _needle(name: str) -> bytes:
     return bytes((len(key),)) + key
 
 
-class DeliveryHeaders(Mapping[str, str]):
+class DeliveryHeaders(LazyHeaders):
     """A delivery's headers as a STOMP subscriber would see them, decoded only when needed."""
 
-    __slots__ = ("_message", "_destination", "_redelivered", "_all")
+    __slots__ = ("_message", "_destination", "_redelivered")
 
     def __init__(self, message: Message, destination: str, redelivered: bool) -> None:
+        super().__init__()
         self._message = message
         self._destination = destination
         self._redelivered = redelivered
-        self._all: dict[str, str] | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         if self._all is None:
@@ -91,32 +91,15 @@ class DeliveryHeaders(Mapping[str, str]):
                 return default
         return self._decoded().get(name, default)
 
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return str(value)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-    def _decoded(self) -> dict[str, str]:
-        if self._all is None:
-            props = self._message.properties
-            out = headers_of(props)
-            types = amqp_types.encode(props.headers, props.delivery_mode, drop=NOT_COPIED)
-            if types is not None:
-                out[amqp_types.TYPES_HEADER] = types
-            out["destination"] = self._destination
-            out["redelivered"] = "true" if self._redelivered else "false"
-            self._all = out
-        return self._all
+    def _decode_all(self) -> dict[str, str]:
+        props = self._message.properties
+        out = headers_of(props)
+        types = amqp_types.encode(props.headers, props.delivery_mode, drop=NOT_COPIED)
+        if types is not None:
+            out[amqp_types.TYPES_HEADER] = types
+        out["destination"] = self._destination
+        out["redelivered"] = "true" if self._redelivered else "false"
+        return out
 
 
 def delivery_view(message: Message, channel: int, queue: str, tag: int, redelivered: bool,

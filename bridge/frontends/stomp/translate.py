@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from bridge.frontends.headers import LazyHeaders
 from bridge.frontends.stomp.escaping import escape
 from bridge.frontends.stomp.frame import Frame, serialize
 from bridge.intercept.chain import Interest
@@ -70,16 +71,16 @@ def subscribe_view(frame: Frame, principal: Principal) -> Subscribe:
 _NEEDLES: dict[str, bytes] = {}
 
 
-class FrameHeaders(Mapping[str, str]):
+class FrameHeaders(LazyHeaders):
     """A MESSAGE's headers, read off its bytes one at a time: a delivery view costs a few
     substring searches, and the frame is decoded whole only when something iterates over it or
     a value holds an escape. First occurrence wins, as when decoded."""
 
-    __slots__ = ("_frame", "_all")
+    __slots__ = ("_frame",)
 
     def __init__(self, frame: Frame) -> None:
+        super().__init__()
         self._frame = frame
-        self._all: dict[str, str] | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         if self._all is None:
@@ -100,25 +101,8 @@ class FrameHeaders(Mapping[str, str]):
                     pass
         return self._decoded().get(name, default)
 
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return str(value)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-    def _decoded(self) -> dict[str, str]:
-        if self._all is None:
-            self._all = headers_of(self._frame)
-        return self._all
+    def _decode_all(self) -> dict[str, str]:
+        return headers_of(self._frame)
 
 
 def delivery_view(frame: Frame, version: str | None) -> Delivery:
