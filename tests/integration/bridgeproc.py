@@ -124,3 +124,16 @@ class BridgeProcess:
                                  all(f'{k}="{v}"' in sample for k, v in labels.items())):
                 return float(value)
         return 0.0
+
+    def settled_metric(self, name: str, expected: float, timeout: float = 10,
+                       **labels: str) -> float:
+        """The sample once it equals ``expected``, or its last value after ``timeout`` seconds.
+
+        The engine counts an outcome after the broker has confirmed it, so a client can see the
+        message a moment before the counter moves."""
+        deadline = time.monotonic() + timeout
+        value = self.metric(name, **labels)
+        while value != expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+            value = self.metric(name, **labels)
+        return value
