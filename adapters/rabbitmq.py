@@ -663,7 +663,8 @@ class RabbitMQ:
 
     def _settle_batch(self, ch: BlockingChannel, moves: Sequence[Move]) -> bool:
         """All puts in one transaction, then the acks. False when the batch could not be put
-        that way (a target to declare first, a channel error): nothing acked, do it one by one."""
+        that way (a target that refuses its declare, a message pika cannot write, a channel
+        error): nothing acked, do it one by one."""
         puts: list[tuple[Route, pika.BasicProperties, bytes] | None] = []
         for move in moves:
             if move.destination is None:
@@ -673,7 +674,13 @@ class RabbitMQ:
                 return False  # _settle_each says what is wrong with it
             where = route(move.destination)
             if where.declare and where.routing_key not in self._declared:
-                return False
+                # Declared on its own first (as a SEND to it would), so that a burst of
+                # releases to a queue not met before still goes in one transaction.
+                try:
+                    self._declare_target(where.routing_key, move.message.headers,
+                                         move.destination)
+                except PutRefused:
+                    return False  # _settle_each says which move it refuses
             try:
                 puts.append((where, amqp_properties(move.message.headers), move.message.body))
             except ValueError:
