@@ -12,7 +12,8 @@ def staging_broker(settings: Settings) -> StagingBroker:
     if settings.broker == "rabbitmq":
         from adapters.rabbitmq import RabbitMQ
 
-        return RabbitMQ(bridge_amqp(settings), management=settings.upstream_management)
+        return RabbitMQ(bridge_amqp(settings), management=settings.upstream_management,
+                        queue_type=settings.staging_queue_type)
     from adapters.activemq import ActiveMQ
 
     return ActiveMQ(bridge_stomp(settings))

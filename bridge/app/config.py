@@ -27,6 +27,7 @@ ENV_PREFIX = "JMS_BRIDGE_"
 BROKERS = ("rabbitmq", "activemq")
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+STAGING_QUEUE_TYPES = ("classic", "quorum")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ class Settings:
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at
     # most about (levels streamed x this + 5,000 ready) x message size.
     staging_level_prefetch: int = 1000
+    # The staging queues' type on RabbitMQ: quorum queues are replicated on a cluster's nodes
+    # and survive the loss of one (of three); classic ones live on one node.
+    staging_queue_type: str = "classic"
     # Redelivery policies by destination pattern (and per user): the YAML file's ``redelivery``
     # mapping, or the same as YAML text in JMS_BRIDGE_REDELIVERY. Empty: JMSJCA's default.
     redelivery: PolicyTable = field(default_factory=PolicyTable)
@@ -192,6 +196,8 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return _choice(str(value), what, LOG_LEVELS)
     if name == "staging-engine":
         return _bool(value, what)
+    if name == "staging-queue-type":
+        return _choice(str(value), what, STAGING_QUEUE_TYPES)
     if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
         return _names(value, what)
     if name == "staging-level-prefetch":
@@ -340,6 +346,9 @@ def resolve(
         if settings.upstream_amqp is not None:
             settings = replace(settings, upstream_amqp=replace(settings.upstream_amqp,
                                                                ca_file=settings.upstream_ca))
+    if settings.staging_queue_type == "quorum" and settings.broker != "rabbitmq":
+        raise ConfigError("staging-queue-type: quorum queues are RabbitMQ's; ActiveMQ has none "
+                          "(use classic, the default, with --broker activemq)")
     if settings.upstream_management is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")

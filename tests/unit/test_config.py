@@ -44,6 +44,17 @@ def test_staging_level_prefetch() -> None:
     assert resolve({}, environ=env).staging_level_prefetch == 250
 
 
+def test_staging_queue_type(tmp_path: Path) -> None:
+    assert resolve({}, environ={}).staging_queue_type == "classic"
+    env = {"JMS_BRIDGE_STAGING_QUEUE_TYPE": "Quorum"}
+    assert resolve({}, environ=env).staging_queue_type == "quorum"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("staging-queue-type: quorum\n")
+    assert resolve({}, config_file=str(cfg), environ={}).staging_queue_type == "quorum"
+    assert resolve({"staging-queue-type": "classic"}, config_file=str(cfg),
+                   environ={}).staging_queue_type == "classic"
+
+
 def test_management_url() -> None:
     s = resolve({}, environ={"JMS_BRIDGE_UPSTREAM_MANAGEMENT": "http://mon:pw@10.0.0.5:15672"})
     assert s.upstream_management == Endpoint("10.0.0.5", 15672, "mon", "pw")
@@ -62,6 +73,11 @@ def test_management_url() -> None:
         ({"staging-level-prefetch": "0"}, ["staging-level-prefetch", "1 to 65535"]),
         ({"staging-level-prefetch": "70000"}, ["staging-level-prefetch", "1 to 65535"]),
         ({"staging-level-prefetch": "lots"}, ["staging-level-prefetch", "'lots'"]),
+        ({"staging-queue-type": "stream"}, ["staging-queue-type", "classic, quorum", "'stream'"]),
+        (
+            {"broker": "activemq", "staging-queue-type": "quorum"},
+            ["staging-queue-type", "ActiveMQ has none"],
+        ),
         (
             {"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"},
             ["only for --broker rabbitmq"],
