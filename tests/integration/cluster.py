@@ -11,6 +11,11 @@ count as sent. Mid-run the node that leads the staging queues (asked of the mana
 its Erlang VM SIGKILLed; its queues elect leaders on the two other nodes. Then every receipted
 message is waited for, and the killed node started again so that the cluster is whole for
 whatever runs next.
+
+With ``queue_type="classic"`` the same run shows what a single copy on one node costs (the
+RabbitMQ delayed-message plugin keeps each message so, in a Mnesia table on the node that took
+it): the staging queues are classic queues on node 1, and the killed node stays down for
+``down_s`` seconds before it is started again.
 """
 
 from __future__ import annotations
@@ -160,10 +165,11 @@ def leaders(node: Node, queues: list[str]) -> dict[str, str]:
     return out
 
 
-def declare_staging(node: Node, layout: Layout) -> None:
-    """The staging queues, as quorum queues, through ``node`` (which then leads them)."""
+def declare_staging(node: Node, layout: Layout, queue_type: str = "quorum") -> None:
+    """The staging queues, declared through ``node``: it leads the quorum ones, and holds the
+    classic ones."""
     broker = rabbitmq.RabbitMQ(Endpoint("127.0.0.1", node.amqp, USER, PASSWORD, "/"),
-                               queue_type="quorum")
+                               queue_type=queue_type)
     broker.connect()
     try:
         broker.ensure_queues(layout.all_queues)
@@ -277,26 +283,29 @@ class Consumer(stomp.ConnectionListener):
 
 def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
               delays: tuple[int, int] = (2000, 10_000), kill_after_s: float = 2.5,
-              wait_after_s: float = 30.0, say: Any = print) -> dict[str, Any]:
+              wait_after_s: float = 30.0, queue_type: str = "quorum", down_s: float = 0.0,
+              say: Any = print) -> dict[str, Any]:
     """Run the scenario of this module's docstring; returns its figures."""
     tag = uuid.uuid4().hex[:8]
     layout = layout_for(rabbitmq.FORMAT, f"jbt-cluster-{tag}")
     target = f"jbt-cluster-{tag}-target"
     dest = f"/queue/{target}"
     seed, bridged, far = NODES
-    declare_staging(seed, layout)
+    declare_staging(seed, layout, queue_type)
     conn = pika.BlockingConnection(pika.URLParameters(far.broker.amqp_url or ""))
     conn.channel().queue_declare(target, durable=True)
     conn.close()
     staging = list(layout.all_queues)
-    before = leaders(bridged, staging)
+    before = leaders(bridged, staging) if queue_type == "quorum" else {
+        q: seed.name for q in staging}
     led: collections.Counter[str] = collections.Counter(before.values())
     victim = by_name(led.most_common(1)[0][0])
     bridge = BridgeProcess(
         "rabbitmq", f"127.0.0.1:{bridged.stomp}", log_dir / f"bridge-{tag}.log",
         extra=["--upstream-amqp", f"amqp://{USER}:{PASSWORD}@127.0.0.1:{bridged.amqp}/%2F",
-               "--staging-prefix", layout.prefix, "--staging-queue-type", "quorum"])
-    out: dict[str, Any] = {"messages": count, "staging_prefix": layout.prefix,
+               "--staging-prefix", layout.prefix, "--staging-queue-type", queue_type])
+    out: dict[str, Any] = {"messages": count, "queue_type": queue_type,
+                           "staging_prefix": layout.prefix,
                            "leader": victim.name, "queues_led": led[victim.name],
                            "staging_queues": len(staging), "bridge_log": str(bridge.log_path)}
     consumer: Consumer | None = None
@@ -317,16 +326,24 @@ def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
         say(f"  SIGKILL {victim.name} (pid {pid}, leading {led[victim.name]} of "
             f"{len(staging)} staging queues) {kill_after_s:.1f} s into the run, "
             f"{len(producer.sent):,} sent so far", flush=True)
+        if down_s:
+            time.sleep(max(0.0, killed_at / 1000 + down_s - time.time()))
+            out["down_s"] = round((now_ms() - killed_at) / 1000, 1)
+            out["restart_s"] = round(up(), 1)
+            out["back_at_s"] = round((now_ms() - killed_at) / 1000, 1)
+            restarted = True
         producer.join(count / rate + 120)
         last_due = max(producer.due.values(), default=now_ms())
         deadline = last_due + wait_after_s * 1000
         while now_ms() < deadline and any(not consumer.arrivals.get(s) for s in producer.due):
             time.sleep(0.2)
         time.sleep(1.0)  # a duplicate comes soon after its first copy, if at all
-        after = leaders(bridged, staging)
-        out["leaders_after"] = dict(collections.Counter(after.values()))
-        out["restart_s"] = round(up(), 1)
-        restarted = True
+        if queue_type == "quorum":
+            after = leaders(bridged, staging)
+            out["leaders_after"] = dict(collections.Counter(after.values()))
+        if not restarted:
+            out["restart_s"] = round(up(), 1)
+            restarted = True
     finally:
         if consumer is not None:
             consumer.close()
@@ -366,6 +383,13 @@ def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
     out["due_after_kill"] = len(late)
     out["late_after_kill_p50_s"] = statistics.median(late) / 1000 if late else None
     out["late_after_kill_max_s"] = late[-1] / 1000 if late else None
+    if down_s:  # released while the node was down, and how late those due then came
+        back = killed_at + out["back_at_s"] * 1000
+        out["released_while_down"] = sum(1 for t in times if killed_at <= t < back)
+        held = sorted(min(arrivals[s]) - due[s] for s in due
+                      if arrivals.get(s) and killed_at <= due[s] < back)
+        out["due_while_down"] = len(held)
+        out["late_due_while_down_max_s"] = held[-1] / 1000 if held else None
     calm = sorted(min(arrivals[s]) - due[s] for s in due
                   if arrivals.get(s) and due[s] < killed_at)
     out["late_before_kill_max_s"] = calm[-1] / 1000 if calm else None
@@ -381,6 +405,10 @@ def show(r: dict[str, Any], say: Any = print) -> None:
         f"pause {r['longest_pause_after_kill_s']} s; {r['due_after_kill']} due in the 15 s after "
         f"it arrived p50 {r['late_after_kill_p50_s']} s, max {r['late_after_kill_max_s']} s "
         f"late (before the kill: max {r['late_before_kill_max_s']} s)", flush=True)
+    if "down_s" in r:
+        say(f"  {r['leader']} down {r['down_s']} s: {r['released_while_down']} released meanwhile; "
+            f"{r['due_while_down']} due meanwhile came up to {r['late_due_while_down_max_s']} s "
+            f"late", flush=True)
     say(f"  leaders after the kill: {r.get('leaders_after')}; {r.get('leader')} started again "
         f"in {r.get('restart_s')} s; bridge exit {r['bridge_exit']}, log {r['bridge_log']}",
         flush=True)
