@@ -342,6 +342,23 @@ FORMAT = StagedFormat(
 
 
 
+def _parameters(ep: Endpoint, heartbeat: int, blocked_timeout: float) -> pika.ConnectionParameters:
+    params = pika.ConnectionParameters(
+        host=ep.host,
+        port=ep.port,
+        virtual_host=ep.vhost or "/",
+        credentials=pika.PlainCredentials(ep.user or "guest", ep.password or "guest"),
+        heartbeat=heartbeat,
+        connection_attempts=1,
+        socket_timeout=5.0,
+        blocked_connection_timeout=blocked_timeout,
+        client_properties={"connection_name": "jms-bridge staging"},
+    )
+    if ep.tls:
+        params.ssl_options = _tls(ep)
+    return params
+
+
 def _tls(ep: Endpoint) -> pika.SSLOptions:
     """amqps://: TLS 1.2 or later, the broker's certificate verified against the named CA file
     (else the system's) and its host name checked."""
@@ -376,19 +393,10 @@ class RabbitMQ:
         self._quorum = queue_type == "quorum"
         self._management = management
         self._http_timeout = http_timeout
-        self._params = pika.ConnectionParameters(
-            host=amqp.host,
-            port=amqp.port,
-            virtual_host=amqp.vhost or "/",
-            credentials=pika.PlainCredentials(amqp.user or "guest", amqp.password or "guest"),
-            heartbeat=heartbeat,
-            connection_attempts=1,
-            socket_timeout=5.0,
-            blocked_connection_timeout=blocked_timeout,
-            client_properties={"connection_name": "jms-bridge staging"},
-        )
-        if amqp.tls:
-            self._params.ssl_options = _tls(amqp)
+        # One set for each node (the endpoint's alternates: a cluster's other nodes), tried in
+        # turn from the one that answered last.
+        self._nodes = [_parameters(ep, heartbeat, blocked_timeout) for ep in amqp.every()]
+        self._params = self._nodes[0]
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
         self._conn: pika.BlockingConnection | None = None
@@ -419,7 +427,15 @@ class RabbitMQ:
 
     def _connect_once(self) -> None:
         with self._translate(fatal=True):
-            self._conn = pika.BlockingConnection(self._params)
+            if len(self._nodes) == 1:
+                self._conn = pika.BlockingConnection(self._params)
+            else:
+                at = self._nodes.index(self._params)
+                self._conn = pika.BlockingConnection(self._nodes[at:] + self._nodes[:at])
+                used = getattr(getattr(self._conn, "_impl", None), "params", None)
+                self._params = next(
+                    (p for p in self._nodes if used is not None and
+                     (p.host, p.port) == (used.host, used.port)), self._params)
             self._main = self._conn.channel()
         self._generation += 1
         self._declared.clear()
@@ -452,7 +468,7 @@ class RabbitMQ:
             raise BrokerUnavailable(f"{self._where()}: {_describe(exc)}") from exc
 
     def _where(self) -> str:
-        return f"{self.name} AMQP at {self.endpoint.host}:{self.endpoint.port}"
+        return f"{self.name} AMQP at {self.endpoint}"
 
     def _main_open(self) -> bool:
         return self._main is not None and self._main.is_open

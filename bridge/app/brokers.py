@@ -3,6 +3,8 @@ client's (to ask the broker what that client may do)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from adapters.base import StagedFormat, StagingBroker
 from bridge.app.config import Settings, bridge_amqp, bridge_stomp
 from policies.endpoints import Endpoint
@@ -40,7 +42,9 @@ def broker_as(
 
         own = bridge_amqp(settings)
         # RabbitMQ's STOMP plugin takes a CONNECT without login as its default user, guest.
-        user = Endpoint(own.host, own.port, login or "guest", passcode or "guest", vhost or "/")
+        first, *rest = (Endpoint(e.host, e.port, login or "guest", passcode or "guest",
+                                 vhost or "/") for e in own.every())
+        user = replace(first, alternates=tuple(rest))
         return RabbitMQ(user, heartbeat=0, blocked_timeout=timeout,
                         management=settings.upstream_management, http_timeout=timeout)
     from adapters.activemq import ActiveMQ

@@ -12,6 +12,10 @@ its Erlang VM SIGKILLed; its queues elect leaders on the two other nodes. Then e
 message is waited for, and the killed node started again so that the cluster is whole for
 whatever runs next.
 
+With ``bridge_on_leader`` the bridge is given node 1 first and node 2 as its alternate
+(``--upstream-stomp stomp://...:61681,stomp://...:61682``): the kill takes its own connections
+too, the producer's among them, and the bridge must carry on through node 2.
+
 With ``queue_type="classic"`` the same run shows what a single copy on one node costs (the
 RabbitMQ delayed-message plugin keeps each message so, in a Mnesia table on the node that took
 it): the staging queues are classic queues on node 1, and the killed node stays down for
@@ -284,7 +288,7 @@ class Consumer(stomp.ConnectionListener):
 def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
               delays: tuple[int, int] = (2000, 10_000), kill_after_s: float = 2.5,
               wait_after_s: float = 30.0, queue_type: str = "quorum", down_s: float = 0.0,
-              say: Any = print) -> dict[str, Any]:
+              bridge_on_leader: bool = False, say: Any = print) -> dict[str, Any]:
     """Run the scenario of this module's docstring; returns its figures."""
     tag = uuid.uuid4().hex[:8]
     layout = layout_for(rabbitmq.FORMAT, f"jbt-cluster-{tag}")
@@ -300,11 +304,15 @@ def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
         q: seed.name for q in staging}
     led: collections.Counter[str] = collections.Counter(before.values())
     victim = by_name(led.most_common(1)[0][0])
+    nodes = [victim, bridged] if bridge_on_leader else [bridged]
     bridge = BridgeProcess(
-        "rabbitmq", f"127.0.0.1:{bridged.stomp}", log_dir / f"bridge-{tag}.log",
-        extra=["--upstream-amqp", f"amqp://{USER}:{PASSWORD}@127.0.0.1:{bridged.amqp}/%2F",
+        "rabbitmq", ",stomp://".join(f"127.0.0.1:{n.stomp}" for n in nodes),
+        log_dir / f"bridge-{tag}.log",
+        extra=["--upstream-amqp", ",".join(f"amqp://{USER}:{PASSWORD}@127.0.0.1:{n.amqp}/%2F"
+                                           for n in nodes),
                "--staging-prefix", layout.prefix, "--staging-queue-type", queue_type])
     out: dict[str, Any] = {"messages": count, "queue_type": queue_type,
+                           "bridge_upstream": ",".join(n.name for n in nodes),
                            "staging_prefix": layout.prefix,
                            "leader": victim.name, "queues_led": led[victim.name],
                            "staging_queues": len(staging), "bridge_log": str(bridge.log_path)}
@@ -397,10 +405,10 @@ def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
 
 
 def show(r: dict[str, Any], say: Any = print) -> None:
-    say(f"  {r['receipted']:,} receipted of {r['sent']:,} sent ({r['unreceipted']} without a "
-        f"receipt, {r['unreceipted_arrived']} of those arrived; producer reconnects "
-        f"{r['producer_reconnects']}); lost {r['lost']}, early {r['early']}, duplicates "
-        f"{r['duplicates']}", flush=True)
+    say(f"  bridge on {r['bridge_upstream']}: {r['receipted']:,} receipted of {r['sent']:,} "
+        f"sent ({r['unreceipted']} without a receipt, {r['unreceipted_arrived']} of those "
+        f"arrived; producer reconnects {r['producer_reconnects']}); lost {r['lost']}, "
+        f"early {r['early']}, duplicates {r['duplicates']}", flush=True)
     say(f"  releases after the kill: first {r['first_release_after_kill_s']} s after it, longest "
         f"pause {r['longest_pause_after_kill_s']} s; {r['due_after_kill']} due in the 15 s after "
         f"it arrived p50 {r['late_after_kill_p50_s']} s, max {r['late_after_kill_max_s']} s "

@@ -20,9 +20,15 @@ from tests.integration import cluster
 from tests.integration.bridgeproc import free_port
 
 
-def test_no_loss_when_the_staging_leader_node_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bridge_on_leader", [False, True], ids=["bridge-elsewhere",
+                                                                "bridge-on-the-killed-node"])
+def test_no_loss_when_the_staging_leader_node_is_killed(tmp_path: Path,
+                                                        bridge_on_leader: bool) -> None:
+    """The bridge on another node; or on the killed one, with another node as its alternate
+    (then the producer's connection goes with the node, and it reconnects)."""
     cluster.require()
-    r = cluster.node_loss(3000, tmp_path, rate=600, delays=(2000, 10_000), kill_after_s=2.5)
+    r = cluster.node_loss(3000, tmp_path, rate=600, delays=(2000, 10_000), kill_after_s=2.5,
+                          bridge_on_leader=bridge_on_leader)
     print()
     cluster.show(r)
     assert r["queues_led"] == r["staging_queues"], r  # the killed node led every staging queue
