@@ -17,7 +17,7 @@ left down --cluster-down seconds: what a single copy costs, in the same figures.
 
 Usage:
     .venv/bin/python bench/scale_cluster.py                # 20,000 messages
-    .venv/bin/python bench/scale_cluster.py --quick        # 2,000
+    .venv/bin/python bench/scale_cluster.py --quick        # 1,000, delays 2-6 s
     .venv/bin/python bench/scale_cluster.py --cluster-single-copy --json out.json
 
 bench/scale.py imports this module: ``add_arguments(parser)`` then ``run(args)``.
@@ -30,6 +30,7 @@ import json
 import logging
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge.app import logs as bridge_logs  # noqa: E402
 from tests.integration import cluster  # noqa: E402
 
-FULL = {"messages": 20_000, "rate": 1000.0, "kill_after": 8.0}
-QUICK = {"messages": 2_000, "rate": 500.0, "kill_after": 2.0}
+
+@dataclass(frozen=True)
+class Size:
+    messages: int
+    rate: float
+    kill_after: float
+    delays: tuple[int, int]
+
+
+FULL = Size(20_000, 1000.0, 8.0, (2000, 20_000))
+QUICK = Size(1_000, 500.0, 1.5, (2000, 6000))
 
 
 class BenchError(Exception):
@@ -54,21 +64,21 @@ def _delays(text: str) -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The cluster part's options (all --cluster-...), and --quick unless the parser has it."""
-    if "--quick" not in parser._option_string_actions:  # bench/scale.py has its own
-        parser.add_argument("--quick", action="store_true", help="a small, fast run")
+    """The cluster part's options, all named --cluster-...; ``run`` also reads ``args.quick``
+    when there is one (bench/scale.py's --quick; this module's main adds its own)."""
     group = parser.add_argument_group("cluster (a RabbitMQ node lost under load)")
     group.add_argument("--cluster-messages", type=int, default=None,
-                       help=f"delayed messages (default {FULL['messages']:,}; "
-                            f"--quick {QUICK['messages']:,})")
+                       help=f"delayed messages (default {FULL.messages:,}; "
+                            f"--quick {QUICK.messages:,})")
     group.add_argument("--cluster-rate", type=float, default=None,
-                       help=f"delayed sends a second (default {FULL['rate']:g}; "
-                            f"--quick {QUICK['rate']:g})")
-    group.add_argument("--cluster-delays", type=_delays, default=(2000, 20_000),
-                       metavar="MIN_MS:MAX_MS", help="delays, uniform (default 2000:20000)")
+                       help=f"delayed sends a second (default {FULL.rate:g}; "
+                            f"--quick {QUICK.rate:g})")
+    group.add_argument("--cluster-delays", type=_delays, default=None,
+                       metavar="MIN_MS:MAX_MS",
+                       help="delays, uniform (default 2000:20000; --quick 2000:6000)")
     group.add_argument("--cluster-kill-after", type=float, default=None,
                        help=f"seconds of sending before the SIGKILL (default "
-                            f"{FULL['kill_after']:g}; --quick {QUICK['kill_after']:g})")
+                            f"{FULL.kill_after:g}; --quick {QUICK.kill_after:g})")
     group.add_argument("--cluster-single-copy", action="store_true",
                        help="also run with classic staging queues on the killed node")
     group.add_argument("--cluster-down", type=float, default=15.0,
@@ -76,11 +86,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the cluster part; prints its figures as it goes and returns them."""
+    """Run the cluster part; prints its figures as it goes and returns them: per run
+    (``quorum``, ``quorum_bridge_on_leader``, with --cluster-single-copy ``classic``) the dict of
+    tests/integration/cluster.py's ``node_loss``. BenchError when the cluster cannot be started;
+    the run's own failures (a bridge that does not start) raise what they raise."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    args = argparse.Namespace(**{**vars(defaults.parse_args([])), **vars(args)})
     size = QUICK if getattr(args, "quick", False) else FULL
-    messages = args.cluster_messages or int(size["messages"])
-    rate = args.cluster_rate or float(size["rate"])
-    kill_after = args.cluster_kill_after or float(size["kill_after"])
+    messages: int = args.cluster_messages or size.messages
+    rate: float = args.cluster_rate or size.rate
+    kill_after: float = args.cluster_kill_after or size.kill_after
+    delays: tuple[int, int] = args.cluster_delays or size.delays
     if messages < 1 or rate <= 0 or kill_after < 0:
         raise BenchError("--cluster-messages, --cluster-rate must be positive, "
                          "--cluster-kill-after not negative")
@@ -104,10 +121,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         runs.append(("classic", "classic", args.cluster_down, False))
     for name, queue_type, down, on_leader in runs:
         print(f"  {queue_type} staging queues: {messages:,} delayed messages at {rate:g}/s, "
-              f"delays {args.cluster_delays[0]}-{args.cluster_delays[1]} ms, bridge on "
+              f"delays {delays[0]}-{delays[1]} ms, bridge on "
               + ("the killed node, then its alternate" if on_leader else "another node"),
               flush=True)
-        r = cluster.node_loss(messages, logs, rate=rate, delays=args.cluster_delays,
+        r = cluster.node_loss(messages, logs, rate=rate, delays=delays,
                               kill_after_s=kill_after, queue_type=queue_type, down_s=down,
                               wait_after_s=30.0 + down, bridge_on_leader=on_leader)
         cluster.show(r)
@@ -117,6 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK.messages:,} messages instead of {FULL.messages:,}")
     add_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="write the figures here too")
     args = parser.parse_args(argv)
