@@ -266,6 +266,7 @@ class Consumer(stomp.ConnectionListener):
     def __init__(self, node: Node, dest: str) -> None:
         self.arrivals: dict[str, list[int]] = collections.defaultdict(list)
         self.bridge_due: dict[str, int] = {}
+        self.delivery_counts = 0  # releases carrying a quorum queue's x-delivery-count
         self.conn = stomp.Connection12([("127.0.0.1", node.stomp)], heartbeats=(0, 0),
                                        vhost="/")
         self.conn.set_listener("c", self)
@@ -275,6 +276,8 @@ class Consumer(stomp.ConnectionListener):
     def on_message(self, frame: Any) -> None:
         seq = frame.headers.get("seq", "?")
         self.arrivals[seq].append(now_ms())
+        if "x-delivery-count" in frame.headers:
+            self.delivery_counts += 1
         if "jms-bridge-delivery-time" in frame.headers:
             self.bridge_due[seq] = int(frame.headers["jms-bridge-delivery-time"])
 
@@ -379,6 +382,7 @@ def node_loss(count: int, log_dir: Path, *, rate: float = 600.0,
              if min(arrivals[s]) < max(consumer.bridge_due.get(s, 0), producer.sent.get(s, 0))]
     out["early"] = len(early)
     out["foreign"] = sum(1 for s in arrivals if s not in producer.sent)
+    out["with_x_delivery_count"] = consumer.delivery_counts
     out["unreceipted_arrived"] = sum(1 for s in producer.sent if s not in due and arrivals.get(s))
     times = sorted(t for ts in arrivals.values() for t in ts)
     after_kill = [t for t in times if t >= killed_at]

@@ -33,10 +33,11 @@ def test_no_loss_when_the_staging_leader_node_is_killed(tmp_path: Path,
     cluster.show(r)
     assert r["queues_led"] == r["staging_queues"], r  # the killed node led every staging queue
     assert r["leader"] not in r["leaders_after"], r  # and they all moved
-    assert r["receipted"] >= 2500, r  # the run was under load (a lost receipt is not a loss)
+    assert r["receipted"] >= 2000, r  # the run was under load (a lost receipt is not a loss)
     assert r["lost"] == 0, r
     assert r["early"] == 0, r
     assert r["foreign"] == 0, r
+    assert r["with_x_delivery_count"] == 0, r  # the staging queues' header stays there
     assert r["due_after_kill"] > 0, r  # messages did fall due after the kill
     assert r["bridge_exit"] == 0, r
     assert cluster.problem() is None  # the cluster is whole again
