@@ -37,7 +37,6 @@ from typing import Any
 
 import pika
 import stomp
-
 from delay import Bridge, broker_config, leftover_staged, remove_queues, staging_queues
 from stomp_throughput import BROKERS, BenchError, connect, disconnect, parse_address, wait
 
