@@ -74,7 +74,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="one more argument for `jms-bridge run` (repeat it)")
 
 
-# --- the consumer, in a process of its own ----------------------------------------------------------
+# --- the consumer, in a process of its own --------------------------------------------------
 
 def _consume(broker_name: str, cfg: dict[str, Any], amqp_url: str, queues: list[str],
              expected: int, ready: Any, results: Any) -> None:
@@ -131,7 +131,7 @@ def _consume(broker_name: str, cfg: dict[str, Any], amqp_url: str, queues: list[
     results.put({"got": got, "duplicates": dupes})
 
 
-# --- sending ----------------------------------------------------------------------------------------
+# --- sending --------------------------------------------------------------------------------
 
 def _send(address: tuple[str, int], cfg: dict[str, Any], destination: str, seqs: range,
           due: int, body: bytes, window: int, timeout: float) -> None:
@@ -169,7 +169,7 @@ def _send_probes(address: tuple[str, int], cfg: dict[str, Any], destination: str
         disconnect(conn)
 
 
-# --- the run ----------------------------------------------------------------------------------------
+# --- the run --------------------------------------------------------------------------------
 
 def _pct(values: list[int], q: float) -> int | None:
     if not values:
@@ -303,9 +303,10 @@ def _report(broker_name: str, out: dict[str, Any], got: dict[str, Any], target: 
           f"it: late p50 {p['during_p50_ms']} ms, max {p['during_max_ms']} ms", flush=True)
     rows = out.get("timeline") or []
     if len(rows) > 1:
-        print(f"  {broker_name} burst: per second (s from due: staged, hops, released):", flush=True)
+        print(f"  {broker_name} burst: per second (s from due: staged, hops, released):",
+              flush=True)
         line = []
-        for (t0, s0, h0, r0), (t1, s1, h1, r1) in zip(rows, rows[1:]):
+        for (_, s0, h0, r0), (t1, s1, h1, r1) in zip(rows, rows[1:], strict=False):
             if t1 > (out["last_s"] or 0) + 2:
                 break
             line.append(f"{t1:+.0f}: {s1 - s0:,.0f}/{h1 - h0:,.0f}/{r1 - r0:,.0f}")
