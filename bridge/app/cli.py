@@ -159,6 +159,9 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     layout = layout_for(broker.format, settings.staging_prefix)
     broker.connect()
     try:
+        if ns.action == "count" and ns.target is None:
+            print(tools.count(broker, layout))
+            return 0
         if ns.action in ("list", "count"):
             found = list(tools.rows(broker, layout, target=ns.target,
                                     message_id=getattr(ns, "message_id", None)))

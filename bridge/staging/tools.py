@@ -78,6 +78,19 @@ def rows(
             yield row
 
 
+def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) -> int:
+    """How many staged copies wait: the broker's own count of each staging queue (one request
+    per queue, however many are pending), plus those the running engines hold where the broker
+    does not count them (RabbitMQ's unacknowledged messages). Unlike ``rows`` it reads no
+    message, so a duplicate a crash left counts twice; ``rows`` (``--target``) counts it once.
+    Reading every message took 4.4 s with 20,000 pending on RabbitMQ (about 5,000 a second:
+    over half an hour at 10 million)."""
+    total = sum(broker.depths(layout.queues).values())
+    if not broker.sees_held:
+        total += len(held_rows(broker, layout, target=None, message_id=None, wait_s=answer_s))
+    return total
+
+
 def held_rows(
     broker: StagingBroker, layout: Layout, *, target: str | None, message_id: str | None,
     wait_s: float,

@@ -3,7 +3,7 @@ message waits, patient with a message the engine holds for a moment, never losin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -94,3 +94,20 @@ def test_release_now_of_an_unknown_message_is_false() -> None:
     assert tools.release_now(broker, LAYOUT, "ID:never-staged",
                              answer_s=0.05) is None
     assert [d for _, d, _ in broker.published] == ["/topic/" + LAYOUT.control], "only the order"
+
+
+class NoBrowsing(MemoryBroker):
+    """Browsing a staging queue reads every message on it: at 10 million that takes hours."""
+
+    def browse(self, queue: str) -> Iterator[Message]:
+        raise AssertionError(f"count browsed {queue}")
+
+
+@pytest.mark.parametrize("name", ["rabbitmq", "activemq"])
+def test_count_adds_the_brokers_own_counts_without_reading_a_message(name: str) -> None:
+    broker = NoBrowsing(name)
+    broker.connect()
+    for d in (5_000, 3_600_000, 3_600_000, 30 * 86_400_000):
+        stage(broker, delay_ms=d, now=T0)
+    assert tools.count(broker, LAYOUT, answer_s=0.1) == 4
+    assert broker.counts == 1
