@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sizes(args: argparse.Namespace) -> int:
-    return 20_000 if quick(args) else args.pending_messages
+    return 5_000 if quick(args) else args.pending_messages
 
 
 def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def broker_limit(broker_name: str, args: argparse.Namespace, figures: dict[str, 
 
 def time_tools(broker_name: str, args: argparse.Namespace, rare: str, rare_ids: list[str],
                staged: int) -> list[dict[str, Any]]:
-    limit = args.pending_tool_timeout
+    limit = min(args.pending_tool_timeout, 30.0) if quick(args) else args.pending_tool_timeout
     results = [
         tool(broker_name, args, "count", timeout=limit),
         tool(broker_name, args, "list", "--target", f"/queue/{rare}", timeout=limit),

@@ -46,12 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     small = quick(args)
-    n_due = 1_000 if small else args.restart_due
-    due_s = 10.0 if small else args.restart_due_s
+    n_due = 500 if small else args.restart_due
+    due_s = 5.0 if small else args.restart_due_s
+    down_s = 1.0 if small else args.restart_down_s
     handoff = getattr(args, "pending_handoff", None)
     reuse = bool(handoff and handoff.get("broker") == broker_name)
     n_pending = handoff["staged"] if reuse and handoff else (
-        20_000 if small else args.restart_pending)
+        5_000 if small else args.restart_pending)
     body = b"x" * args.restart_size
     target = f"bench-restart.{uuid.uuid4().hex[:10]}"
     if not reuse:
@@ -97,8 +98,8 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
         before_kill = arrivals.count()
         print(f"  {broker_name} restart: {n_due:,} due over {due_s:.0f} s sent in {sent_s:.1f} s; "
               f"bridge SIGKILLed {(kill_ms - first_due) / 1000:+.1f} s from the first due time "
-              f"({before_kill} released before); down {args.restart_down_s:.0f} s", flush=True)
-        time.sleep(args.restart_down_s)
+              f"({before_kill} released before); down {down_s:.0f} s", flush=True)
+        time.sleep(down_s)
         start_ms = now_ms()
         second = ScaleBridge(broker_name, args)
         bridges.append(second)
