@@ -10,6 +10,7 @@ staging engine, as a pod's kill would be, and never of the benchmark.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -48,7 +49,7 @@ class ScaleBridge:
     """``jms-bridge run`` from this tree, in its own session; its output in a temporary file."""
 
     def __init__(self, broker_name: str, args: argparse.Namespace, *extra: str,
-                 wait_ready: bool = True) -> None:
+                 wait_ready: bool = True, timeline: bool = False) -> None:
         host, port = parse_address(getattr(args, broker_name))
         self.listen, self.admin = free_port(), free_port()
         self.address = ("127.0.0.1", self.listen)
@@ -57,6 +58,8 @@ class ScaleBridge:
                      "--stomp-listen", f"127.0.0.1:{self.listen}",
                      "--admin-listen", f"127.0.0.1:{self.admin}",
                      "--log-level", "warning", "--staging-prefix", args.staging_prefix, *extra]
+        if timeline:  # the bridge's and its engine's log lines, timed (the last flags win)
+            self.argv += ["--log-level", "info", "--log-format", "json"]
         self.output = tempfile.TemporaryFile()
         self.started = time.time()
         try:
@@ -106,6 +109,20 @@ class ScaleBridge:
         self.output.seek(0)
         text = self.output.read().decode(errors="replace").strip()
         return f"--- bridge output ---\n{text[-4000:] or '(none)'}"
+
+    def timeline(self) -> dict[str, float]:
+        """Seconds from the start (the exec) to the first log line of each event (a bridge
+        started with ``timeline=True``)."""
+        self.output.seek(0)
+        out: dict[str, float] = {}
+        for line in self.output.read().decode(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+                at = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            out.setdefault(str(entry.get("event")), at.timestamp() - self.started)
+        return out
 
     def metrics(self) -> dict[str, float]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=10) as reply:

@@ -220,6 +220,9 @@ def time_tools(broker_name: str, args: argparse.Namespace, rare: str, rare_ids: 
     for t in results:
         t["goal_met"] = not t["timed_out"] and t["code"] == 0 and t["seconds"] < GOAL_TOOL_S
         print(f"  {broker_name} pending: at {staged:,}: {show_tool(t)}", flush=True)
+        if t["code"] == 3:
+            print(f"  {broker_name} pending: finding: `staged {t['command']}` did not find a "
+                  f"message that is staged", flush=True)
     counted = results[0]["output"].strip()
     if not results[0]["timed_out"] and counted.isdigit() and int(counted) < staged:
         results[0]["error"] = f"counted {counted}, {staged:,} staged"

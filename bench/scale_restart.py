@@ -48,7 +48,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     small = quick(args)
     n_due = 500 if small else args.restart_due
     due_s = 5.0 if small else args.restart_due_s
-    down_s = 1.0 if small else args.restart_down_s
+    down_s = 2.0 if small else args.restart_down_s
     handoff = getattr(args, "pending_handoff", None)
     reuse = bool(handoff and handoff.get("broker") == broker_name)
     n_pending = handoff["staged"] if reuse and handoff else (
@@ -78,8 +78,9 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
                       for _ in range(n_pending)), n_pending, body)
             print(f"  {broker_name} restart: staged {n_pending:,} pending (1 h - 30 d) in "
                   f"{time.monotonic() - t0:.0f} s", flush=True)
-        # The due messages: sent in about n_due / 5,000 s; the first due 2 s after the kill.
-        lead_ms = round(n_due / 5_000 * 1000) + 2_000
+        # The due messages: sent in about n_due / 5,000 s; the first due about 1 s after the
+        # kill, so that those due in the last ``down_s - 1`` s before the restart wait for it.
+        lead_ms = round(n_due / 5_000 * 1000) + 1_000
         t_send = now_ms()
         first_due = t_send + lead_ms
 
@@ -101,13 +102,15 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
               f"({before_kill} released before); down {down_s:.0f} s", flush=True)
         time.sleep(down_s)
         start_ms = now_ms()
-        second = ScaleBridge(broker_name, args)
+        second = ScaleBridge(broker_name, args, timeline=True)
         bridges.append(second)
         out["listening_s"], out["ready_s"] = second.listening_s, second.ready_s
+        out["first_due_before_start_s"] = (start_ms - first_due) / 1000
         last_due = first_due + round(due_s * 1000)
         arrivals.wait_for(n_due, last_due, quiet_s=30.0)
         out.update(figures(arrivals, n_due, start_ms, kill_ms))
         out["released_by_new_bridge"] = second.released()
+        out["timeline"] = {**second.timeline(), "first release": out["first_release_s"]}
         out["rss_after"] = second.rss()
     finally:
         if arrivals is not None:
@@ -142,7 +145,7 @@ def figures(arrivals: Arrivals, n: int, start_ms: int, kill_ms: int) -> dict[str
     rate = None
     if backlog and after_start and caught_up_ms is not None and caught_up_ms > after_start[0]:
         rate = len(backlog) / ((caught_up_ms - after_start[0]) / 1000)
-    steady = [a - d for d, a in got.values() if caught_up_ms is not None and d > caught_up_ms]
+    steady = [a - d for d, a in got.values() if d > (caught_up_ms or start_ms)]
     return {"received": len(got), "lost": n - len(got), "duplicates": duplicates,
             "early": sum(1 for v in late if v < 0), "first_release_s": first_release_s,
             "backlog": len(backlog),
@@ -161,13 +164,18 @@ def report(broker_name: str, out: dict[str, Any]) -> None:
           f"{'-' if first is None else f'{first:.2f}'} s after its start "
           f"(goal <= {GOAL_FIRST_S:g} s: "
           f"{'met' if first is not None and first <= GOAL_FIRST_S else 'NOT met'})", flush=True)
+    line = ", ".join(f"{event} {at:.2f} s" for event, at in sorted(
+        out.get("timeline", {}).items(), key=lambda kv: kv[1] if kv[1] is not None else 1e9)
+        if at is not None)
+    print(f"  {broker_name} restart: from the new bridge's exec: {line}", flush=True)
     rate = out["catch_up_per_s"]
     print(f"  {broker_name} restart: {out['received']:,}/{out['due']:,} received, "
           f"{out['early']} early, {out['duplicates']} duplicates, {out['lost']} lost; backlog "
           f"{out['backlog']:,} due while down, caught up {out['caught_up_s'] or 0:.2f} s after "
           f"the start ({'-' if rate is None else f'{rate:,.0f}'}/s); due after that: late p50 "
           f"{out['steady_p50_ms']} ms, p99 {out['steady_p99_ms']} ms, max "
-          f"{out['steady_max_ms']} ms", flush=True)
+          f"{out['steady_max_ms']} ms; the first was due {out['first_due_before_start_s']:.2f} s "
+          f"before the start", flush=True)
     for error in out["errors"]:
         print(f"error: {broker_name} restart: {error}", flush=True)
 
