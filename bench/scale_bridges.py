@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from delay import leftover_staged, remove_queues, staging_queues
+from delay import leftover_staged, remove_queues
 from scale_common import (
     Arrivals,
     ScaleBridge,
@@ -30,6 +30,7 @@ from scale_common import (
     now_ms,
     process_cpu,
     quick,
+    run_queues,
     send_all,
 )
 from stomp_throughput import BenchError
@@ -50,7 +51,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     for k in counts:
         left = leftover_staged(broker_name, args)
         if left:
-            removed = remove_queues(broker_name, args, staging_queues(args.staging_prefix))
+            removed = remove_queues(broker_name, args, run_queues(args.staging_prefix))
             print(f"  {broker_name} bridges: purged {removed:,} messages left on "
                   f"{args.staging_prefix}.*", flush=True)
         r = one_round(broker_name, args, k, n)
@@ -131,7 +132,7 @@ def one_round(broker_name: str, args: argparse.Namespace, k: int, n: int) -> dic
                 r["errors"].append(f"consumer: {arrivals.error}")
         for b in bridges:
             b.stop()
-        remove_queues(broker_name, args, [*staging_queues(args.staging_prefix),
+        remove_queues(broker_name, args, [*run_queues(args.staging_prefix),
                                           *([target] if broker_name == "rabbitmq" else [])])
     return r
 

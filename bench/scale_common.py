@@ -35,6 +35,15 @@ RABBIT_DATA = Path("/var/lib/rabbitmq/mnesia")
 AMQ_INSTANCE = Path(os.environ.get("JMS_BRIDGE_STATE", "/var/lib/jms-bridge")) / "activemq"
 
 
+def run_queues(prefix: str) -> list[str]:
+    """Every queue a bridge with this staging prefix may have made: both layouts' levels, the
+    ready queue, and the queues it moves messages aside to."""
+    from bridge.staging.levels import Layout
+
+    names = {q: None for sl in (False, True) for q in Layout(prefix, second_levels=sl).all_queues}
+    return list(names)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 

@@ -36,13 +36,14 @@ import uuid
 from typing import Any
 
 import stomp
-from delay import leftover_staged, remove_queues, staging_queues
+from delay import leftover_staged, remove_queues
 from scale_common import (
     ScaleBridge,
     broker_cfg,
     broker_figures,
     quick,
     remove_policy,
+    run_queues,
     set_lazy_policy,
     show_broker,
     show_tool,
@@ -87,7 +88,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     rare_ids = [f"scale-{tag}-{i}" for i in range(RARE)]
     left = leftover_staged(broker_name, args)
     if left:
-        removed = remove_queues(broker_name, args, staging_queues(args.staging_prefix))
+        removed = remove_queues(broker_name, args, run_queues(args.staging_prefix))
         print(f"  {broker_name} pending: purged {removed:,} messages left on "
               f"{args.staging_prefix}.* (a run that crashed?)", flush=True)
     lazy = broker_name == "rabbitmq" and args.pending_queue_mode == "lazy"
@@ -123,7 +124,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
             args.pending_handoff = {"staged": out.get("staged", 0), "broker": broker_name}
         else:
             removed = remove_queues(broker_name, args, [
-                *staging_queues(args.staging_prefix),
+                *run_queues(args.staging_prefix),
                 *([*targets, rare] if broker_name == "rabbitmq" else [])])
             out["removed"] = removed
             if lazy:

@@ -25,8 +25,17 @@ import time
 import uuid
 from typing import Any
 
-from delay import leftover_staged, remove_queues, staging_queues
-from scale_common import Arrivals, ScaleBridge, now_ms, pct, quick, send_all
+from delay import leftover_staged, remove_queues
+from scale_common import (
+    Arrivals,
+    ScaleBridge,
+    now_ms,
+    pct,
+    quick,
+    remove_policy,
+    run_queues,
+    send_all,
+)
 
 HOUR_MS, DAY_MS = 3_600_000, 86_400_000
 GOAL_FIRST_S = 1.0
@@ -58,7 +67,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     if not reuse:
         left = leftover_staged(broker_name, args)
         if left:
-            removed = remove_queues(broker_name, args, staging_queues(args.staging_prefix))
+            removed = remove_queues(broker_name, args, run_queues(args.staging_prefix))
             print(f"  {broker_name} restart: purged {removed:,} messages left on "
                   f"{args.staging_prefix}.*", flush=True)
     out: dict[str, Any] = {"pending": n_pending, "due": n_due, "due_s": due_s,
@@ -118,9 +127,11 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
         for b in bridges:
             b.stop()
         removed = remove_queues(broker_name, args, [
-            *staging_queues(args.staging_prefix),
+            *run_queues(args.staging_prefix),
             *([target] if broker_name == "rabbitmq" else [])])
         out["removed"] = removed
+        if broker_name == "rabbitmq":
+            remove_policy(args)  # the pending part's, when it handed its messages over
         args.pending_handoff = None
     if arrivals is not None and arrivals.error:
         out["errors"].append(f"consumer: {arrivals.error}")
