@@ -68,7 +68,7 @@ class ScaleBridge:
                      "--admin-listen", f"127.0.0.1:{self.admin}",
                      "--log-level", "warning", "--staging-prefix", args.staging_prefix, *extra]
         if timeline:  # the bridge's and its engine's log lines, timed (the last flags win)
-            self.argv += ["--log-level", "info", "--log-format", "json"]
+            self.argv += ["--log-level", "debug", "--log-format", "json"]
         self.output = tempfile.TemporaryFile()
         self.started = time.time()
         try:
@@ -120,8 +120,8 @@ class ScaleBridge:
         return f"--- bridge output ---\n{text[-4000:] or '(none)'}"
 
     def timeline(self) -> dict[str, float]:
-        """Seconds from the start (the exec) to the first log line of each event (a bridge
-        started with ``timeline=True``)."""
+        """Seconds from the start (the exec) to each log line (a bridge started with
+        ``timeline=True``, at debug level); an event said again is numbered (``connected #2``)."""
         self.output.seek(0)
         out: dict[str, float] = {}
         for line in self.output.read().decode(errors="replace").splitlines():
@@ -130,7 +130,10 @@ class ScaleBridge:
                 at = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-            out.setdefault(str(entry.get("event")), at.timestamp() - self.started)
+            event = str(entry.get("event"))
+            # The bridge's own adapter and its engine's both say "connected": number them.
+            n = sum(1 for key in out if key == event or key.startswith(event + " #"))
+            out[event if n == 0 else f"{event} #{n + 1}"] = at.timestamp() - self.started
         return out
 
     def metrics(self) -> dict[str, float]:
@@ -249,7 +252,8 @@ def broker_figures(broker_name: str, args: argparse.Namespace) -> dict[str, Any]
             return {"error": f"management API: {exc}"}
         return {"mem_mb": node["mem_used"] / 2**20, "mem_limit_mb": node["mem_limit"] / 2**20,
                 "mem_alarm": node.get("mem_alarm"), "disk_alarm": node.get("disk_free_alarm"),
-                "disk_free_mb": node["disk_free"] / 2**20, "disk_mb": du_mb(RABBIT_DATA)}
+                "disk_free_mb": node["disk_free"] / 2**20,
+                "disk_mb": du_mb(RABBIT_DATA / node["name"])}
     pid = activemq_pid()
     return {"mem_mb": pid_rss_mb(pid) if pid else None, "disk_mb": du_mb(AMQ_INSTANCE / "data")}
 
@@ -452,15 +456,14 @@ def broker_pid(broker_name: str) -> int | None:
     """The broker's own process: RabbitMQ's Erlang VM (beam.smp), ActiveMQ's JVM."""
     if broker_name == "activemq":
         return activemq_pid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    # The node's own pid file (other nodes may run on this machine: a cluster's).
+    pid_files = (sorted(RABBIT_DATA.glob("rabbit@localhost.pid"))
+                 or sorted(RABBIT_DATA.glob("*.pid")))
+    for path in pid_files:
         try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
+            return int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"beam.smp" in cmdline.split(b"\0", 1)[0] and b"rabbit" in cmdline:
-            return int(entry.name)
     return None
 
 

@@ -175,9 +175,10 @@ def report(broker_name: str, out: dict[str, Any]) -> None:
           f"{'-' if first is None else f'{first:.2f}'} s after its start "
           f"(goal <= {GOAL_FIRST_S:g} s: "
           f"{'met' if first is not None and first <= GOAL_FIRST_S else 'NOT met'})", flush=True)
+    until = (out["first_release_s"] or 0) + 0.05
     line = ", ".join(f"{event} {at:.2f} s" for event, at in sorted(
         out.get("timeline", {}).items(), key=lambda kv: kv[1] if kv[1] is not None else 1e9)
-        if at is not None)
+        if at is not None and at <= until)
     print(f"  {broker_name} restart: from the new bridge's exec: {line}", flush=True)
     rate = out["catch_up_per_s"]
     print(f"  {broker_name} restart: {out['received']:,}/{out['due']:,} received, "
