@@ -75,7 +75,7 @@ from adapters.base import (
     connect_with_retries,
 )
 from policies.endpoints import Endpoint
-from policies.errors import BrokerUnavailable, PutRefused, Refused
+from policies.errors import BrokerUnavailable, PutRefused, Refused, StagingQueueMismatch
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,
@@ -117,6 +117,22 @@ LONG_ARGUMENTS = frozenset(
         "x-stream-max-segment-size-bytes",
     }
 )
+
+# The staging queues' type (--staging-queue-type). Classic queues are declared with no arguments,
+# as before quorum queues were offered. Quorum queues (replicated with Raft, RabbitMQ 3.8+) keep a
+# message given back (basic.nack with requeue, or a channel closed while it was held) at its old
+# place only when they have a delivery limit: without one, RabbitMQ 3.10 enqueues it again at the
+# back, and a level queue given back its head (the engine peeks the long levels, and a lost
+# connection gives back every prefetched message) would no longer be in exit order. So they get
+# a limit no message ever reaches (a head peeked every second for the longest dwell, 49.7 days,
+# is given back about 4.3 million times). They add an ``x-delivery-count`` header to every
+# delivery; the adapter drops it (it is the broker's, not the application's).
+QUEUE_TYPES = ("classic", "quorum")
+QUORUM_DELIVERY_LIMIT = 2_000_000_000
+QUORUM_ARGUMENTS: dict[str, Any] = {
+    "x-queue-type": "quorum", "x-delivery-limit": QUORUM_DELIVERY_LIMIT,
+}
+DELIVERY_COUNT = "x-delivery-count"
 
 _ERLANG_INTEGER = re.compile(r"[+-]?[0-9]+")
 
@@ -326,6 +342,23 @@ FORMAT = StagedFormat(
 
 
 
+def _parameters(ep: Endpoint, heartbeat: int, blocked_timeout: float) -> pika.ConnectionParameters:
+    params = pika.ConnectionParameters(
+        host=ep.host,
+        port=ep.port,
+        virtual_host=ep.vhost or "/",
+        credentials=pika.PlainCredentials(ep.user or "guest", ep.password or "guest"),
+        heartbeat=heartbeat,
+        connection_attempts=1,
+        socket_timeout=5.0,
+        blocked_connection_timeout=blocked_timeout,
+        client_properties={"connection_name": "jms-bridge staging"},
+    )
+    if ep.tls:
+        params.ssl_options = _tls(ep)
+    return params
+
+
 def _tls(ep: Endpoint) -> pika.SSLOptions:
     """amqps://: TLS 1.2 or later, the broker's certificate verified against the named CA file
     (else the system's) and its host name checked."""
@@ -350,23 +383,20 @@ class RabbitMQ:
         blocked_timeout: float = 30.0,
         management: Endpoint | None = None,
         http_timeout: float = 5.0,
+        queue_type: str = "classic",
     ) -> None:
+        if queue_type not in QUEUE_TYPES:
+            raise ValueError(f"queue_type: expected one of {', '.join(QUEUE_TYPES)}, "
+                             f"got {queue_type!r}")
         self.endpoint = amqp
+        self.queue_type = queue_type
+        self._quorum = queue_type == "quorum"
         self._management = management
         self._http_timeout = http_timeout
-        self._params = pika.ConnectionParameters(
-            host=amqp.host,
-            port=amqp.port,
-            virtual_host=amqp.vhost or "/",
-            credentials=pika.PlainCredentials(amqp.user or "guest", amqp.password or "guest"),
-            heartbeat=heartbeat,
-            connection_attempts=1,
-            socket_timeout=5.0,
-            blocked_connection_timeout=blocked_timeout,
-            client_properties={"connection_name": "jms-bridge staging"},
-        )
-        if amqp.tls:
-            self._params.ssl_options = _tls(amqp)
+        # One set for each node (the endpoint's alternates: a cluster's other nodes), tried in
+        # turn from the one that answered last.
+        self._nodes = [_parameters(ep, heartbeat, blocked_timeout) for ep in amqp.every()]
+        self._params = self._nodes[0]
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
         self._conn: pika.BlockingConnection | None = None
@@ -397,7 +427,15 @@ class RabbitMQ:
 
     def _connect_once(self) -> None:
         with self._translate(fatal=True):
-            self._conn = pika.BlockingConnection(self._params)
+            if len(self._nodes) == 1:
+                self._conn = pika.BlockingConnection(self._params)
+            else:
+                at = self._nodes.index(self._params)
+                self._conn = pika.BlockingConnection(self._nodes[at:] + self._nodes[:at])
+                used = getattr(getattr(self._conn, "_impl", None), "params", None)
+                self._params = next(
+                    (p for p in self._nodes if used is not None and
+                     (p.host, p.port) == (used.host, used.port)), self._params)
             self._main = self._conn.channel()
         self._generation += 1
         self._declared.clear()
@@ -430,7 +468,7 @@ class RabbitMQ:
             raise BrokerUnavailable(f"{self._where()}: {_describe(exc)}") from exc
 
     def _where(self) -> str:
-        return f"{self.name} AMQP at {self.endpoint.host}:{self.endpoint.port}"
+        return f"{self.name} AMQP at {self.endpoint}"
 
     def _main_open(self) -> bool:
         return self._main is not None and self._main.is_open
@@ -487,11 +525,27 @@ class RabbitMQ:
     # -- queues --------------------------------------------------------------------------------
 
     def ensure_queues(self, names: Sequence[str]) -> None:
-        """Declare durable classic queues with no arguments."""
+        """Declare durable queues of ``queue_type``: classic ones with no arguments, quorum ones
+        with QUORUM_ARGUMENTS. StagingQueueMismatch names a queue the broker already has with
+        other arguments (of the other type, most often), which it refuses to declare again."""
+        arguments = QUORUM_ARGUMENTS if self._quorum else None
         for name in names:
             ch = self._scratch_channel()
-            with self._translate():
-                ch.queue_declare(name, durable=True)
+            try:
+                with self._translate():
+                    ch.queue_declare(name, durable=True, arguments=arguments)
+            except BrokerUnavailable as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, pika.exceptions.ChannelClosedByBroker)
+                        and cause.reply_code == 406 and self._main_open()):
+                    raise
+                raise StagingQueueMismatch(
+                    f"{self._where()}: staging queue {name!r} exists already and is not what "
+                    f"--staging-queue-type {self.queue_type} declares (the broker said: "
+                    f"({cause.reply_code}) {cause.reply_text}). Give this bridge another "
+                    "--staging-prefix, or drain the old staging queues (stop the bridges, "
+                    "move their messages) and delete them; see the README, \"Quorum staging\""
+                ) from None
             self._declared.add(name)
 
     def depth(self, queue: str) -> int:
@@ -551,7 +605,14 @@ class RabbitMQ:
         self, queue: str, tag: int, props: pika.BasicProperties, body: bytes
     ) -> Held:
         self._holding[tag] = queue
-        return Held(queue, Message(stomp_headers(props), body), _Tag(self._generation, tag))
+        return Held(queue, self._message(props, body), _Tag(self._generation, tag))
+
+    def _message(self, props: pika.BasicProperties, body: bytes) -> Message:
+        """A message read from a queue, without the header a quorum queue adds to it."""
+        headers = stomp_headers(props)
+        if self._quorum:
+            headers.pop(DELIVERY_COUNT, None)
+        return Message(headers, body)
 
     def put_back(self, held: Held) -> None:
         """basic.nack with requeue: a classic queue puts it back at its old position, the head."""
@@ -663,7 +724,8 @@ class RabbitMQ:
 
     def _settle_batch(self, ch: BlockingChannel, moves: Sequence[Move]) -> bool:
         """All puts in one transaction, then the acks. False when the batch could not be put
-        that way (a target to declare first, a channel error): nothing acked, do it one by one."""
+        that way (a target that refuses its declare, a message pika cannot write, a channel
+        error): nothing acked, do it one by one."""
         puts: list[tuple[Route, pika.BasicProperties, bytes] | None] = []
         for move in moves:
             if move.destination is None:
@@ -673,7 +735,13 @@ class RabbitMQ:
                 return False  # _settle_each says what is wrong with it
             where = route(move.destination)
             if where.declare and where.routing_key not in self._declared:
-                return False
+                # Declared on its own first (as a SEND to it would), so that a burst of
+                # releases to a queue not met before still goes in one transaction.
+                try:
+                    self._declare_target(where.routing_key, move.message.headers,
+                                         move.destination)
+                except PutRefused:
+                    return False  # _settle_each says which move it refuses
             try:
                 puts.append((where, amqp_properties(move.message.headers), move.message.body))
             except ValueError:
@@ -927,7 +995,7 @@ class RabbitMQ:
                 got = self._get(ch, queue)
                 if got is None:
                     return
-                yield Message(stomp_headers(got[1]), got[2])
+                yield self._message(got[1], got[2])
         finally:
             _close_quietly(ch)
 
@@ -943,7 +1011,7 @@ class RabbitMQ:
                 if got is None:
                     return None
                 tag, props, body = got
-                message = Message(stomp_headers(props), body)
+                message = self._message(props, body)
                 if message.headers.get(header) == value:
                     if then is not None:
                         then(message)

@@ -152,7 +152,8 @@ class Bridge(Server):
         self.argv = [args.bridge_exe, "run", "--broker", broker_name,
                      "--upstream-stomp", f"stomp://{host}:{port}",
                      "--stomp-listen", f"127.0.0.1:{listen}", "--admin-listen", f"127.0.0.1:{self.admin}",
-                     "--log-level", "warning", "--staging-prefix", args.staging_prefix]
+                     "--log-level", "warning", "--staging-prefix", args.staging_prefix,
+                     *(getattr(args, "bridge_arg", None) or [])]
         super().__init__("bridge", self.argv, listen, args.start_timeout)
         self.address = ("127.0.0.1", listen)
 

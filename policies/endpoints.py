@@ -16,6 +16,17 @@ class Endpoint:
     # else against the system's CAs.
     tls: bool = False
     ca_file: str | None = None
+    # Other nodes of the same broker (a RabbitMQ cluster), tried in turn when this one does not
+    # answer: ``--upstream-stomp stomp://a:61613,stomp://b:61613``.
+    alternates: tuple[Endpoint, ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        return ",".join(f"{e.host}:{e.port}" for e in self.every())
+
+    def every(self) -> tuple[Endpoint, ...]:
+        """This node and its alternates, in the order to try them (each without alternates)."""
+        if not self.alternates:
+            return (self,)
+        first = Endpoint(self.host, self.port, self.user, self.password, self.vhost, self.tls,
+                         self.ca_file)
+        return (first, *self.alternates)

@@ -4,6 +4,7 @@
     +-- ConfigError                a bad flag, environment value or config file
     |   +-- InvalidSelector        a JMS message selector that does not parse (column, reason)
     +-- BrokerUnavailable          the broker cannot be reached or went away
+    |   +-- StagingQueueMismatch   it has a staging queue of another type than configured
     +-- ProtocolError              a peer sent bytes the protocol does not allow
     |   +-- StompProtocolError     carries the STOMP ERROR frame to send back
     +-- Refused                    a request refused for an MQRC reason (see policies.reasons)
@@ -28,6 +29,12 @@ class ConfigError(BridgeError):
 
 class BrokerUnavailable(BridgeError):
     """The broker cannot be reached, refused us, or went away."""
+
+
+class StagingQueueMismatch(BrokerUnavailable):
+    """The broker refused to declare a staging queue it already has with other arguments
+    (classic versus quorum). An engine retries as for an outage (an operator may delete the
+    queue); a starting bridge ends naming the queue and the fix."""
 
 
 class ProtocolError(BridgeError):

@@ -46,15 +46,20 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
-    """None when a TCP connection to ``target`` opens, else why not."""
-    try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(target.host, target.port), timeout
-        )
-    except (TimeoutError, OSError) as exc:
-        return str(exc) or type(exc).__name__
-    writer.close()
-    return None
+    """None when a TCP connection to ``target`` (or to one of its alternates) opens, else why
+    not."""
+    problem = ""
+    for node in target.every():
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(node.host, node.port), timeout
+            )
+        except (TimeoutError, OSError) as exc:
+            problem = str(exc) or type(exc).__name__
+            continue
+        writer.close()
+        return None
+    return problem
 
 
 async def probe_amqp(target: Endpoint, timeout: float = 2.0) -> str | None:

@@ -3,6 +3,8 @@ client's (to ask the broker what that client may do)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from adapters.base import StagedFormat, StagingBroker
 from bridge.app.config import Settings, bridge_amqp, bridge_stomp
 from policies.endpoints import Endpoint
@@ -12,7 +14,8 @@ def staging_broker(settings: Settings) -> StagingBroker:
     if settings.broker == "rabbitmq":
         from adapters.rabbitmq import RabbitMQ
 
-        return RabbitMQ(bridge_amqp(settings), management=settings.upstream_management)
+        return RabbitMQ(bridge_amqp(settings), management=settings.upstream_management,
+                        queue_type=settings.staging_queue_type)
     from adapters.activemq import ActiveMQ
 
     return ActiveMQ(bridge_stomp(settings))
@@ -39,7 +42,9 @@ def broker_as(
 
         own = bridge_amqp(settings)
         # RabbitMQ's STOMP plugin takes a CONNECT without login as its default user, guest.
-        user = Endpoint(own.host, own.port, login or "guest", passcode or "guest", vhost or "/")
+        first, *rest = (Endpoint(e.host, e.port, login or "guest", passcode or "guest",
+                                 vhost or "/") for e in own.every())
+        user = replace(first, alternates=tuple(rest))
         return RabbitMQ(user, heartbeat=0, blocked_timeout=timeout,
                         management=settings.upstream_management, http_timeout=timeout)
     from adapters.activemq import ActiveMQ

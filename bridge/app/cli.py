@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="release staged messages in this process (off: only stage them)")
     run.add_argument("--staging-level-prefetch", metavar="N",
                      help="messages taken ahead from each short level queue (default 1000)")
+    run.add_argument("--staging-queue-type", metavar="classic|quorum",
+                     help="type of the staging queues: quorum replicates them on a RabbitMQ "
+                          "cluster (RabbitMQ only; default classic)")
     run.add_argument("--delay-headers", metavar="NAMES",
                      help="comma-separated headers holding a relative delay in ms")
     run.add_argument("--delivery-time-headers", metavar="NAMES",

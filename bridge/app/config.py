@@ -27,6 +27,7 @@ ENV_PREFIX = "JMS_BRIDGE_"
 BROKERS = ("rabbitmq", "activemq")
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+STAGING_QUEUE_TYPES = ("classic", "quorum")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ class Settings:
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at
     # most about (levels streamed x this + 5,000 ready) x message size.
     staging_level_prefetch: int = 1000
+    # The staging queues' type on RabbitMQ: quorum queues are replicated on a cluster's nodes
+    # and survive the loss of one (of three); classic ones live on one node.
+    staging_queue_type: str = "classic"
     # Redelivery policies by destination pattern (and per user): the YAML file's ``redelivery``
     # mapping, or the same as YAML text in JMS_BRIDGE_REDELIVERY. Empty: JMSJCA's default.
     redelivery: PolicyTable = field(default_factory=PolicyTable)
@@ -101,6 +105,28 @@ def parse_hostport(value: str, what: str) -> Endpoint:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
     return Endpoint(host.strip("[]"), int(port))
+
+
+def parse_urls(value: str, what: str, scheme: str, *, vhost: bool = False,
+               tls_scheme: str | None = None) -> Endpoint:
+    """One URL, or a comma-separated list of the nodes of one broker (a RabbitMQ cluster): the
+    first, with the others as its ``alternates``, each taking the first's credentials, vhost
+    and TLS when it names none."""
+    urls = [u.strip() for u in value.split(",")]
+    if len(urls) == 1:
+        return parse_url(value, what, scheme, vhost=vhost, tls_scheme=tls_scheme)
+    if not all(urls):
+        raise ConfigError(f"{what}: an empty address in the list {value!r}")
+    first, *rest = (parse_url(u, what, scheme, vhost=vhost, tls_scheme=tls_scheme)
+                    for u in urls)
+    alternates = tuple(
+        replace(e, user=e.user or first.user, password=e.password or first.password,
+                vhost=first.vhost if e.vhost in (None, "/") else e.vhost)
+        for e in rest)
+    if any(e.tls != first.tls for e in alternates):
+        raise ConfigError(f"{what}: every address of the list must use the same scheme, got "
+                          f"{value!r}")
+    return replace(first, alternates=alternates)
 
 
 def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False,
@@ -174,9 +200,9 @@ def _convert(name: str, value: Any, source: str) -> Any:
     if name == "broker":
         return _choice(str(value), what, BROKERS)
     if name == "upstream-stomp":
-        return parse_url(str(value), what, "stomp", tls_scheme="stomp+ssl")
+        return parse_urls(str(value), what, "stomp", tls_scheme="stomp+ssl")
     if name == "upstream-amqp":
-        return parse_url(str(value), what, "amqp", vhost=True, tls_scheme="amqps")
+        return parse_urls(str(value), what, "amqp", vhost=True, tls_scheme="amqps")
     if name in ("tls-cert", "tls-key", "tls-client-ca", "upstream-ca"):
         v = str(value).strip()
         if not v:
@@ -192,6 +218,8 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return _choice(str(value), what, LOG_LEVELS)
     if name == "staging-engine":
         return _bool(value, what)
+    if name == "staging-queue-type":
+        return _choice(str(value), what, STAGING_QUEUE_TYPES)
     if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
         return _names(value, what)
     if name == "staging-level-prefetch":
@@ -334,24 +362,39 @@ def resolve(
         raise ConfigError("amqp-listen: the AMQP 0-9-1 front-end is only for --broker rabbitmq")
     if settings.stomp_tls_listen is not None and not (settings.tls_cert and settings.tls_key):
         raise ConfigError("stomp-tls-listen: needs --tls-cert and --tls-key (PEM files)")
-    if settings.upstream_ca is not None:  # the CA travels with the endpoints it verifies
-        settings = replace(settings, upstream_stomp=replace(settings.upstream_stomp,
-                                                            ca_file=settings.upstream_ca))
+    if settings.broker != "rabbitmq" and settings.upstream_stomp.alternates:
+        raise ConfigError("upstream-stomp: a list of broker nodes is for a RabbitMQ cluster; "
+                          "give ActiveMQ one address")
+    ca = settings.upstream_ca
+    if ca is not None:  # the CA travels with the endpoints it verifies
+        settings = replace(settings, upstream_stomp=_with_ca(settings.upstream_stomp, ca))
         if settings.upstream_amqp is not None:
-            settings = replace(settings, upstream_amqp=replace(settings.upstream_amqp,
-                                                               ca_file=settings.upstream_ca))
+            settings = replace(settings, upstream_amqp=_with_ca(settings.upstream_amqp, ca))
+    if settings.staging_queue_type == "quorum" and settings.broker != "rabbitmq":
+        raise ConfigError("staging-queue-type: quorum queues are RabbitMQ's; ActiveMQ has none "
+                          "(use classic, the default, with --broker activemq)")
     if settings.upstream_management is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")
     return settings
 
 
+def _with_ca(endpoint: Endpoint, ca_file: str) -> Endpoint:
+    return replace(endpoint, ca_file=ca_file,
+                   alternates=tuple(replace(e, ca_file=ca_file) for e in endpoint.alternates))
+
+
 def bridge_amqp(settings: Settings) -> Endpoint:
     """The AMQP endpoint of the bridge's own RabbitMQ connections: --upstream-amqp, else the
-    STOMP host on 5672 with the STOMP credentials (guest/guest when none) and vhost /."""
+    STOMP host (each of them) on 5672 with the STOMP credentials (guest/guest when none) and
+    vhost /."""
     if settings.upstream_amqp is not None:
         return settings.upstream_amqp
-    s = settings.upstream_stomp
+    first, *rest = (_amqp_of(s) for s in settings.upstream_stomp.every())
+    return replace(first, alternates=tuple(rest))
+
+
+def _amqp_of(s: Endpoint) -> Endpoint:
     if s.tls:  # RabbitMQ's amqps port, verified as the STOMP one is
         return Endpoint(s.host, 5671, s.user or "guest", s.password or "guest", "/", True,
                         s.ca_file)

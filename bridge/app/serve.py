@@ -206,6 +206,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     _say_open_files(settings, log, *soft_files)
     waiting = None if watch.prepared else asyncio.create_task(watch.wait())
     stop = asyncio.Event()
+    fatal: list[BaseException] = []
+    if waiting is not None:  # staging queues of another type: end naming them (see upstream)
+        waiting.add_done_callback(lambda task: _fatal(task, fatal, stop))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
@@ -235,4 +238,16 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     await admin.stop()
     if journal is not None:
         journal.close()
+    if fatal:
+        raise fatal[0]
     log.info("stopped")
+
+
+def _fatal(task: asyncio.Task[None], fatal: list[BaseException], stop: asyncio.Event) -> None:
+    """The broker watch ended with an error that waiting cannot mend: stop the bridge with it."""
+    if task.cancelled() or task.exception() is None:
+        return
+    error = task.exception()
+    assert error is not None
+    fatal.append(error)
+    stop.set()

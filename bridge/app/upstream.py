@@ -26,7 +26,7 @@ from tenacity import (
 from bridge.app import logs
 from bridge.app.admin import probe
 from policies.endpoints import Endpoint
-from policies.errors import BridgeError, BrokerUnavailable
+from policies.errors import BridgeError, BrokerUnavailable, StagingQueueMismatch
 
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 0.5
@@ -51,11 +51,14 @@ class BrokerWatch:
         return f"{self.name} STOMP at {self.target} is not reachable: {self.problem}"
 
     async def _attempt(self, quiet: bool = False) -> str | None:
-        """One try: None when the broker answered and the staging queues are declared."""
+        """One try: None when the broker answered and the staging queues are declared.
+        StagingQueueMismatch is not retried: waiting would not mend it."""
         problem = await probe(self.target)
         if problem is None:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self._prepare)
+            except StagingQueueMismatch:
+                raise
             except BridgeError as exc:
                 problem = str(exc)
         if problem != self.problem and problem is not None and not quiet:

@@ -120,6 +120,12 @@ def test_every_option_config_has_every_setting_of_todays_bridge() -> None:
     assert set(config) == set(SETTING_NAMES)
 
 
+def test_quorum_staging_reaches_the_config() -> None:
+    config = rendered_config(template(sets=("bridge.stagingQueueType=quorum",)))
+    assert config["staging-queue-type"] == "quorum"
+    assert rendered_config(template())["staging-queue-type"] == "classic"
+
+
 def test_the_validator_rejects_what_kubernetes_would() -> None:
     deployment = by_kind(template(), "Deployment")
     deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "stomp"
@@ -260,11 +266,15 @@ def test_settings_still_to_land_have_a_place_in_values() -> None:
          "containerPorts.admin: Must be less than or equal to 65535"),
         (("bridge.stagingLevelPrefetch=0",),
          "bridge.stagingLevelPrefetch: Must be greater than or equal to 1"),
+        (("bridge.stagingQueueType=stream",),
+         'bridge.stagingQueueType: bridge.stagingQueueType must be one of the following: '
+         '"classic", "quorum"'),
         (("bridge.logLevl=debug",), "bridge: Additional property logLevl is not allowed"),
         (("mode=daemonset",), "mode: mode must be one of the following"),
         (("upstream.host=stomp://rabbitmq:61613",), "upstream.host: Does not match pattern"),
     ],
-    ids=["port-string", "unknown-broker", "port-range", "prefetch", "typo", "mode", "host-url"],
+    ids=["port-string", "unknown-broker", "port-range", "prefetch", "queue-type", "typo", "mode",
+         "host-url"],
 )
 def test_bad_values_fail_with_the_schemas_message(sets: tuple[str, ...], message: str) -> None:
     args = ["template", "t", str(CHART)]

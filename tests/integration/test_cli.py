@@ -45,6 +45,11 @@ def test_bad_flag_value() -> None:
     assert "upstream-stomp" in one_line_error(run("run", "--upstream-stomp", "localhost"))
 
 
+def test_quorum_staging_on_activemq() -> None:
+    line = one_line_error(run("run", "--broker", "activemq", "--staging-queue-type", "quorum"))
+    assert "staging-queue-type" in line and "ActiveMQ has none" in line
+
+
 @pytest.mark.parametrize("text", ["broker: [\n", "nonsense: 1\n", "broker: kafka\n"])
 def test_invalid_config_file(tmp_path: Path, text: str) -> None:
     cfg = tmp_path / "bridge.yaml"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.app.config import Endpoint, resolve
+from bridge.app.config import Endpoint, bridge_amqp, resolve
 from policies.errors import ConfigError
 
 
@@ -44,6 +44,17 @@ def test_staging_level_prefetch() -> None:
     assert resolve({}, environ=env).staging_level_prefetch == 250
 
 
+def test_staging_queue_type(tmp_path: Path) -> None:
+    assert resolve({}, environ={}).staging_queue_type == "classic"
+    env = {"JMS_BRIDGE_STAGING_QUEUE_TYPE": "Quorum"}
+    assert resolve({}, environ=env).staging_queue_type == "quorum"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("staging-queue-type: quorum\n")
+    assert resolve({}, config_file=str(cfg), environ={}).staging_queue_type == "quorum"
+    assert resolve({"staging-queue-type": "classic"}, config_file=str(cfg),
+                   environ={}).staging_queue_type == "classic"
+
+
 def test_management_url() -> None:
     s = resolve({}, environ={"JMS_BRIDGE_UPSTREAM_MANAGEMENT": "http://mon:pw@10.0.0.5:15672"})
     assert s.upstream_management == Endpoint("10.0.0.5", 15672, "mon", "pw")
@@ -62,6 +73,11 @@ def test_management_url() -> None:
         ({"staging-level-prefetch": "0"}, ["staging-level-prefetch", "1 to 65535"]),
         ({"staging-level-prefetch": "70000"}, ["staging-level-prefetch", "1 to 65535"]),
         ({"staging-level-prefetch": "lots"}, ["staging-level-prefetch", "'lots'"]),
+        ({"staging-queue-type": "stream"}, ["staging-queue-type", "classic, quorum", "'stream'"]),
+        (
+            {"broker": "activemq", "staging-queue-type": "quorum"},
+            ["staging-queue-type", "ActiveMQ has none"],
+        ),
         (
             {"broker": "activemq", "upstream-amqp": "amqp://a:b@h:1/v"},
             ["only for --broker rabbitmq"],
@@ -107,3 +123,38 @@ def test_broken_config_files(tmp_path: Path, text: str, words: list[str]) -> Non
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         resolve({}, config_file=str(tmp_path / "absent.yaml"), environ={})
+
+
+def test_upstream_node_lists() -> None:
+    s = resolve({"upstream-stomp": "stomp://u:p@a:61613, stomp://b:61614",
+                 "upstream-amqp": "amqp://u:p@a:5672/v,amqp://b:5673"}, environ={})
+    assert str(s.upstream_stomp) == "a:61613,b:61614"
+    assert [(e.host, e.port, e.user, e.password) for e in s.upstream_stomp.every()] == [
+        ("a", 61613, "u", "p"), ("b", 61614, "u", "p")]
+    assert s.upstream_amqp is not None
+    assert [(e.host, e.vhost, e.user) for e in s.upstream_amqp.every()] == [
+        ("a", "v", "u"), ("b", "v", "u")]
+    derived = bridge_amqp(resolve({"upstream-stomp": "stomp://a:61613,stomp://b:61613"},
+                                  environ={}))
+    assert [(e.host, e.port) for e in derived.every()] == [("a", 5672), ("b", 5672)]
+    ca = resolve({"upstream-stomp": "stomp+ssl://a:1,stomp+ssl://b:2", "upstream-ca": "/x.pem"},
+                 environ={})
+    assert [e.ca_file for e in ca.upstream_stomp.every()] == ["/x.pem", "/x.pem"]
+    assert resolve({}, environ={}).upstream_stomp.every() == (Endpoint("127.0.0.1", 61613),)
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"upstream-stomp": "stomp://a:1,"}, ["upstream-stomp", "empty address"]),
+        ({"upstream-stomp": "stomp://a:1,stomp+ssl://b:2"}, ["upstream-stomp", "same scheme"]),
+        ({"upstream-stomp": "stomp://a:1,b:2"}, ["upstream-stomp", "stomp://"]),
+        ({"broker": "activemq", "upstream-stomp": "stomp://a:1,stomp://b:2"},
+         ["upstream-stomp", "RabbitMQ cluster"]),
+    ],
+)
+def test_bad_upstream_node_lists(flags: dict[str, str], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve(flags, environ={})
+    for w in words:
+        assert w in str(err.value)

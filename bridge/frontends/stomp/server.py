@@ -133,22 +133,32 @@ class ClientLink(asyncio.Protocol):
         self.server.loop.create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
-        target = self.server.upstream
-        try:
-            _, proto = await asyncio.wait_for(
-                self.server.loop.create_connection(
-                    lambda: _Upstream(self), target.host, target.port,
-                    ssl=self.server.upstream_ssl,
-                    server_hostname=target.host if self.server.upstream_ssl else None,
-                ),
-                timeout=self.server.connect_timeout,
-            )
-        except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
-            reason = str(exc) or type(exc).__name__
-            self.log.warning("upstream unreachable", upstream=str(target), error=reason)
+        # The broker's nodes (one, or a cluster's), from the one that answered last.
+        nodes = self.server.upstream.every()
+        at = self.server.upstream_at % len(nodes)
+        reason = ""
+        for i in (*range(at, len(nodes)), *range(at)):
+            target = nodes[i]
+            try:
+                _, proto = await asyncio.wait_for(
+                    self.server.loop.create_connection(
+                        lambda: _Upstream(self), target.host, target.port,
+                        ssl=self.server.upstream_ssl,
+                        server_hostname=target.host if self.server.upstream_ssl else None,
+                    ),
+                    timeout=self.server.connect_timeout,
+                )
+            except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
+                reason = str(exc) or type(exc).__name__
+                self.log.warning("upstream unreachable", upstream=str(target), error=reason)
+                continue
+            self.server.upstream_at = i
+            break
+        else:
             self.server.stats.protocol_errors["broker-unreachable"] += 1
             self._apply(self.session.broker_unreachable(
-                f"{self.server.broker} STOMP at {target} is not reachable: {reason}"))
+                f"{self.server.broker} STOMP at {self.server.upstream} is not reachable: "
+                f"{reason}"))
             return
         assert proto.transport is not None
         if self._closing:  # the client left while we were connecting
@@ -367,6 +377,7 @@ class StompServer:
         self._by_address: dict[str, int] = {}
         self.broker = broker
         self.upstream = upstream
+        self.upstream_at = 0  # which of upstream.every() answered last
         self.chain = chain
         self.stats = stats
         self.checks = CheckRunner()

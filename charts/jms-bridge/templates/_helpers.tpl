@@ -112,6 +112,7 @@ in the image accepts: it rejects a config file with an unknown key. */}}
   "staging-engine" $b.stagingEngine
   "staging-prefix" $b.stagingPrefix
   "staging-level-prefetch" (int $b.stagingLevelPrefetch)
+  "staging-queue-type" $b.stagingQueueType
   "delay-headers" $b.delayHeaders
   "delivery-time-headers" $b.deliveryTimeHeaders
   "delay-disabled" $b.delayDisabled
