@@ -108,11 +108,14 @@ def run_part(part: str, module: ModuleType, broker_name: str | None,
     start = time.monotonic()
     try:
         result = module.run(broker_name, args) if broker_name else module.run(args)
-    except ERRORS as exc:
-        print(f"error: {label}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return {"error": f"{type(exc).__name__}: {exc}"}
     except KeyboardInterrupt:
         raise
+    except Exception as exc:  # noqa: BLE001 - one clear line per part, never a traceback
+        known = isinstance(exc, (*ERRORS, getattr(module, "BenchError", BenchError)))
+        print(f"error: {label}: {type(exc).__name__}: {exc}"
+              + ("" if known else " (a bug in the bench or the bridge?)"),
+              file=sys.stderr, flush=True)
+        return {"error": f"{type(exc).__name__}: {exc}"}
     print(f"  {label}: done in {time.monotonic() - start:.0f} s", flush=True)
     return result if isinstance(result, dict) else {"result": result}
 
@@ -121,7 +124,13 @@ def part_failed(module: ModuleType, result: dict[str, Any]) -> bool:
     if "error" in result:
         return True
     check = getattr(module, "failed", None)
-    return bool(check(result)) if check else bool(result.get("errors"))
+    if check:
+        return bool(check(result))
+    # A part without its own verdict: errors, or a message lost or early in any of its runs.
+    runs = [result, *(r for r in result.values() if isinstance(r, dict))]
+    return any(r.get("errors") or r.get("lost") or r.get("early")
+               or ("received" in r and "messages" in r and r["received"] < r["messages"])
+               for r in runs)
 
 
 def main(argv: list[str] | None = None) -> int:
