@@ -38,14 +38,16 @@ from stomp_throughput import BenchError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("bridges (item 5)")
-    g.add_argument("--bridges-counts", default="1,2,3", help="bridges in each round")
+    g.add_argument("--bridges-counts", default=None,
+                   help="bridges in each round (default 1,2,3; with --quick 1,3)")
     g.add_argument("--bridges-messages", type=int, default=30_000,
                    help="messages released in each round, all due at once")
     g.add_argument("--bridges-size", type=int, default=100, help="body bytes")
 
 
 def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
-    counts = [int(c) for c in args.bridges_counts.split(",") if c.strip()]
+    counts = [int(c) for c in (args.bridges_counts or ("1,3" if quick(args) else "1,2,3"))
+              .split(",") if c.strip()]
     n = 1_000 if quick(args) else args.bridges_messages
     out: dict[str, Any] = {"messages": n, "rounds": [], "errors": []}
     for k in counts:
