@@ -162,9 +162,15 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     layout = layout_for(broker.format, settings.staging_prefix)
     broker.connect()
     try:
+        if ns.action == "count" and ns.target is None:
+            print(tools.count(broker, layout))
+            return 0
         if ns.action in ("list", "count"):
+            unseen: dict[str, tuple[int, int]] = {}
             found = list(tools.rows(broker, layout, target=ns.target,
-                                    message_id=getattr(ns, "message_id", None)))
+                                    message_id=getattr(ns, "message_id", None), unseen=unseen))
+            if unseen:
+                print(tools.unseen_warning(unseen), file=sys.stderr)
             if ns.action == "count":
                 print(len(found))
             else:
@@ -176,6 +182,12 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
             outcome = tools.release_now(broker, layout, ns.message_id)
         if outcome is None:
             print(tools.NOT_FOUND.format(ns.message_id))
+            if broker.sees_held:  # ActiveMQ: were there messages it would not show?
+                unseen = {}
+                for _ in tools.rows(broker, layout, message_id=ns.message_id, unseen=unseen):
+                    pass
+                if unseen:
+                    print(tools.unseen_warning(unseen), file=sys.stderr)
             return EXIT_NOT_FOUND
         if outcome.staged is not None:
             from bridge.app.journal import journal_tool

@@ -62,11 +62,14 @@ def rows(
     target: str | None = None,
     message_id: str | None = None,
     answer_s: float = ANSWER_S,
+    unseen: dict[str, tuple[int, int]] | None = None,
 ) -> Iterator[Row]:
     """The staged messages on the staging queues, and those the running engines hold where the
-    broker does not show them (each once)."""
+    broker does not show them (each once). ``unseen`` gets the queues whose browse showed fewer
+    messages than the broker counts on them: queue -> (shown, counted)."""
     seen: set[str] = set()
-    for row in _queued_rows(broker, layout, target=target, message_id=message_id):
+    for row in _queued_rows(broker, layout, target=target, message_id=message_id,
+                            unseen=unseen):
         seen.add(row.message_id)
         yield row
     if broker.sees_held:
@@ -76,6 +79,19 @@ def rows(
         if row.message_id not in seen:
             seen.add(row.message_id)
             yield row
+
+
+def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) -> int:
+    """How many staged copies wait: the broker's own count of each staging queue (one request
+    per queue, however many are pending), plus those the running engines hold where the broker
+    does not count them (RabbitMQ's unacknowledged messages). Unlike ``rows`` it reads no
+    message, so a duplicate a crash left counts twice; ``rows`` (``--target``) counts it once.
+    Reading every message took 4.4 s with 20,000 pending on RabbitMQ (about 5,000 a second:
+    over half an hour at 10 million)."""
+    total = sum(broker.depths(layout.queues).values())
+    if not broker.sees_held:
+        total += len(held_rows(broker, layout, target=None, message_id=None, wait_s=answer_s))
+    return total
 
 
 def held_rows(
@@ -106,9 +122,15 @@ def _queued_rows(
     *,
     target: str | None = None,
     message_id: str | None = None,
+    unseen: dict[str, tuple[int, int]] | None = None,
 ) -> Iterator[Row]:
+    # ActiveMQ shows a browser only the first maxBrowsePageSize (400 by default) messages of a
+    # queue, held ones included, and says nothing of the rest: compare with its own counts.
+    counted = broker.depths(layout.queues) if unseen is not None and broker.sees_held else {}
     for queue in layout.queues:
+        shown = 0
         for message in broker.browse(queue):
+            shown += 1
             try:
                 info = envelope.Staged.of(message.headers)
             except (KeyError, ValueError):
@@ -118,6 +140,18 @@ def _queued_rows(
             if message_id is not None and info.message_id != message_id:
                 continue
             yield Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
+        if unseen is not None and shown < counted.get(queue, 0):
+            unseen[queue] = (shown, counted[queue])
+
+
+def unseen_warning(unseen: dict[str, tuple[int, int]]) -> str:
+    """What an operator needs to know about a list or count that could not see every message."""
+    shown = sum(s for s, _ in unseen.values())
+    counted = sum(c for _, c in unseen.values())
+    return (f"warning: the broker showed {shown:,} of the {counted:,} messages it counts on "
+            f"{len(unseen)} staging queue(s) ({', '.join(sorted(unseen))}); the rest are not "
+            f"listed or counted here. ActiveMQ lets a browser see only the first "
+            f"maxBrowsePageSize (400 by default) messages of a queue")
 
 
 def render(items: list[Row], *, as_json: bool) -> str:

@@ -3,7 +3,8 @@ message waits, patient with a message the engine holds for a moment, never losin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -94,3 +95,49 @@ def test_release_now_of_an_unknown_message_is_false() -> None:
     assert tools.release_now(broker, LAYOUT, "ID:never-staged",
                              answer_s=0.05) is None
     assert [d for _, d, _ in broker.published] == ["/topic/" + LAYOUT.control], "only the order"
+
+
+class NoBrowsing(MemoryBroker):
+    """Browsing a staging queue reads every message on it: at 10 million that takes hours."""
+
+    def browse(self, queue: str) -> Iterator[Message]:
+        raise AssertionError(f"count browsed {queue}")
+
+
+@pytest.mark.parametrize("name", ["rabbitmq", "activemq"])
+def test_count_adds_the_brokers_own_counts_without_reading_a_message(name: str) -> None:
+    broker = NoBrowsing(name)
+    broker.connect()
+    for d in (5_000, 3_600_000, 3_600_000, 30 * 86_400_000):
+        stage(broker, delay_ms=d, now=T0)
+    assert tools.count(broker, LAYOUT, answer_s=0.1) == 4
+    assert broker.counts == 1
+
+
+class FirstPageOnly(MemoryBroker):
+    """ActiveMQ: a browser sees only the first ``page`` messages of a queue."""
+
+    def __init__(self, page: int) -> None:
+        super().__init__("activemq")
+        self.page = page
+
+    def browse(self, queue: str) -> Iterator[Message]:
+        return itertools.islice(super().browse(queue), self.page)
+
+
+def test_a_listing_the_broker_cuts_short_names_the_queues_and_what_it_did_not_show() -> None:
+    for page, listed in ((2, 3), (100, 6)):
+        broker = FirstPageOnly(page)
+        broker.connect()
+        for _ in range(5):
+            stage(broker, delay_ms=3_600_000, now=T0)
+        stage(broker, delay_ms=5_000, now=T0)
+        unseen: dict[str, tuple[int, int]] = {}
+        assert len(list(tools.rows(broker, LAYOUT, unseen=unseen))) == listed
+        if page == 100:
+            assert unseen == {}
+            continue
+        ((queue, (shown, counted)),) = unseen.items()
+        assert (shown, counted) == (2, 5)
+        warning = tools.unseen_warning(unseen)
+        assert "2 of the 5 messages" in warning and queue in warning
