@@ -178,7 +178,7 @@ def report(broker_name: str, out: dict[str, Any]) -> None:
     until = (out["first_release_s"] or 0) + 0.05
     line = ", ".join(f"{event} {at:.2f} s" for event, at in sorted(
         out.get("timeline", {}).items(), key=lambda kv: kv[1] if kv[1] is not None else 1e9)
-        if at is not None and at <= until)
+        if at is not None and at <= until and " #" not in event)  # each event's first time
     print(f"  {broker_name} restart: from the new bridge's exec: {line}", flush=True)
     rate = out["catch_up_per_s"]
     print(f"  {broker_name} restart: {out['received']:,}/{out['due']:,} received, "

@@ -25,7 +25,7 @@ from bridge.app import dlq_admin, logs
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
-from bridge.frontends.amqp.builders import PROTOCOL_HEADER
+from bridge.app.probes import probe, probe_amqp
 from bridge.staging import tools
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
@@ -43,44 +43,6 @@ NO_TOKEN = ("the staged-message and dead-letter endpoints need an admin token: s
             "with --admin-token-file FILE (or admin-token-file: in the config file, or "
             "JMS_BRIDGE_ADMIN_TOKEN_FILE), then send Authorization: Bearer <token>")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
-    """None when a TCP connection to ``target`` (or to one of its alternates) opens, else why
-    not."""
-    problem = ""
-    for node in target.every():
-        try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(node.host, node.port), timeout
-            )
-        except (TimeoutError, OSError) as exc:
-            problem = str(exc) or type(exc).__name__
-            continue
-        writer.close()
-        return None
-    return problem
-
-
-async def probe_amqp(target: Endpoint, timeout: float = 2.0) -> str | None:
-    """None when ``target`` answers AMQP 0-9-1's protocol header with a Connection.Start
-    (a method frame), else why not."""
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(target.host, target.port), timeout
-        )
-    except (TimeoutError, OSError) as exc:
-        return str(exc) or type(exc).__name__
-    try:
-        writer.write(PROTOCOL_HEADER)
-        first = await asyncio.wait_for(reader.read(1), timeout)
-    except (TimeoutError, OSError) as exc:
-        return f"no answer to the AMQP protocol header: {exc or type(exc).__name__}"
-    finally:
-        writer.close()
-    if first != b"\x01":
-        return f"answered the AMQP protocol header with {first!r}, not Connection.Start"
-    return None
 
 
 def _unauthorized(why: str, challenge: str) -> web.Response:

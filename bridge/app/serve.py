@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from structlog.typing import FilteringBoundLogger
 
-from adapters.base import PutCheck
+from adapters.base import PutCheck, StagedFormat
 from bridge.app import dlq, logs
-from bridge.app.admin import Admin
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
@@ -21,15 +22,12 @@ from bridge.app.metrics import Metrics
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
-from bridge.frontends.amqp.server import AmqpRelay
-from bridge.frontends.stomp import Limits
-from bridge.frontends.stomp.server import StompServer
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
 from bridge.intercept.guard import StagingGuard
 from bridge.intercept.redelivery import RedeliveryInterceptor
 from bridge.staging.levels import Layout, layout_for
-from bridge.staging.outcomes import FailureTally, LogSink, StatsSink
+from bridge.staging.outcomes import FailureTally, LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
@@ -132,6 +130,61 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     targets = target_checks(settings)
     journal = Journal.open(settings, metrics.registry)
     journaled = journal.sinks if journal is not None else []
+    # The engine's process starts first: it imports and connects while the front-ends and the
+    # admin API are imported and set up (started after them, a restarted bridge's first
+    # release came 1.1-2.1 s after its start).
+    engine = EngineProcess(
+        settings, layout, staging,
+        journal=(journal.spec, journal.engine_counters) if journal is not None else None,
+    ) if settings.staging_engine else None
+    if engine is not None:
+        staging.pending = lambda: staging.pending_count
+        engine.start()
+    try:
+        await _serve(settings, log, loop, ready, _Started(
+            engine, staging, metrics, journaled, layout, watch, soft_files, tokens, tls_files,
+            upstream_ssl, config, fmt, targets))
+    finally:
+        if engine is not None:
+            await engine.close()
+        if journal is not None:
+            journal.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """What ``serve`` has set up before the front-ends."""
+
+    engine: EngineProcess | None
+    staging: StagingStats
+    metrics: Metrics
+    journaled: Sequence[Sink]
+    layout: Layout
+    watch: BrokerWatch
+    soft_files: tuple[int, int]
+    tokens: TokenFile | None
+    tls_files: CertFiles | None
+    upstream_ssl: ssl.SSLContext | None
+    config: DelayConfig
+    fmt: StagedFormat
+    targets: TargetChecks
+
+
+async def _serve(settings: Settings, log: FilteringBoundLogger,
+                 loop: asyncio.AbstractEventLoop, ready: asyncio.Event | None,
+                 started: _Started) -> None:
+    """The front-ends and the admin API, until SIGTERM or SIGINT; imported here, once the
+    engine's process has started."""
+    from bridge.app.admin import Admin
+    from bridge.frontends.amqp.server import AmqpRelay
+    from bridge.frontends.stomp import Limits
+    from bridge.frontends.stomp.server import StompServer
+
+    engine, staging, metrics, journaled = (started.engine, started.staging, started.metrics,
+                                           started.journaled)
+    layout, watch, soft_files = started.layout, started.watch, started.soft_files
+    tokens, tls_files, upstream_ssl = started.tokens, started.tls_files, started.upstream_ssl
+    config, fmt, targets = started.config, started.fmt, started.targets
     guard = StagingGuard(layout)
     delay = DelayInterceptor(fmt=fmt, config=config, layout=layout,
                              sinks=[StatsSink(staging), *journaled], targets=targets)
@@ -194,14 +247,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 
-    engine = EngineProcess(
-        settings, layout, staging,
-        journal=(journal.spec, journal.engine_counters) if journal is not None else None,
-    ) if settings.staging_engine else None
     watching: asyncio.Task[None] | None = None
     if engine is not None:
-        staging.pending = lambda: staging.pending_count
-        engine.start()
         watching = asyncio.create_task(engine.watch())
     _say_open_files(settings, log, *soft_files)
     waiting = None if watch.prepared else asyncio.create_task(watch.wait())
@@ -232,12 +279,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     await stomp.shutdown()
     if amqp is not None:
         await amqp.close()
-    if engine is not None and watching is not None:
+    if watching is not None:
         watching.cancel()
-        await engine.close()
     await admin.stop()
-    if journal is not None:
-        journal.close()
     if fatal:
         raise fatal[0]
     log.info("stopped")

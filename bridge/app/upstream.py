@@ -24,7 +24,7 @@ from tenacity import (
 )
 
 from bridge.app import logs
-from bridge.app.admin import probe
+from bridge.app.probes import probe
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError, BrokerUnavailable, StagingQueueMismatch
 
