@@ -260,7 +260,10 @@ class ActiveMQ:
             auto_decode=False,
             auto_content_length=False,
             vhost=ep.vhost or "/",
+            # One try, and no sleep after it (stomp.py sleeps 0.2 s after a failed last try;
+            # the engine's own backoff decides when to try again).
             reconnect_attempts_max=1,
+            reconnect_sleep_initial=0.0,
         )
         conn.set_listener("jms-bridge", listener)
         _tls(conn, ep)
@@ -395,12 +398,26 @@ class ActiveMQ:
 
     def ensure_queues(self, names: Sequence[str]) -> None:
         """ActiveMQ creates a queue when a consumer first names it: browse each with a
-        selector that matches nothing."""
-        for name in names:
-            sid = self._subscribe(
-                name, queues.Queue(), ack="auto", browser="true", selector="JMSPriority < 0"
-            )
+        selector that matches nothing. The SUBSCRIBEs are written at once and their receipts
+        awaited together (one after the other, 37 staging queues took 0.5-0.9 s)."""
+        conn = self._live()
+        asked: dict[str, tuple[str, str]] = {}  # receipt -> (subscription, queue)
+        for name in dict.fromkeys(names):
+            sid = f"jb-sub-{next(self._ids)}"
+            self._listener.routes[sid] = queues.Queue()
+            rid = self._receipt()
+            asked[rid] = (sid, name)
+            with self._translate():
+                conn.subscribe(f"/queue/{name}", id=sid, ack="auto",
+                               headers={"browser": "true", "selector": "JMSPriority < 0",
+                                        "receipt": rid})
+        failures = self._await_all(list(asked), f"SUBSCRIBE to {len(asked)} staging queues")
+        for sid, _ in asked.values():
             self._unsubscribe(sid)
+        for rid, failure in failures.items():
+            if failure is not None:
+                raise BrokerUnavailable(
+                    f"{self._where()}: SUBSCRIBE /queue/{asked[rid][1]}: {failure}")
 
     def depth(self, queue: str) -> int:
         """The statistics plugin's ``size`` of ``queue`` (messages held by consumers counted);
@@ -477,7 +494,8 @@ class ActiveMQ:
         listener = _Listener()
         listener.routes["stats"] = inbox
         conn = Connection12([(ep.host, ep.port)], heartbeats=(0, 0), auto_decode=False,
-                            vhost=ep.vhost or "/", reconnect_attempts_max=1)
+                            vhost=ep.vhost or "/", reconnect_attempts_max=1,
+                            reconnect_sleep_initial=0.0)
         conn.set_listener("jms-bridge-stats", listener)
         _tls(conn, ep)
         self._stats = (conn, inbox)

@@ -359,10 +359,13 @@ class Engine:
     # -- connection -------------------------------------------------------------------------
 
     def _connect(self, now_ms: int) -> None:
+        started = time.monotonic()
         self.broker.connect()
+        connected = time.monotonic()
         self.broker.ensure_queues(
             [*self.layout.queues, self.invalid_queue, self.undeliverable_queue]
         )
+        declared = time.monotonic()
         self._ready_dest = self.broker.format.client_destination(self.layout.ready)
         self._invalid_dest = self.broker.format.client_destination(self.invalid_queue)
         self._undeliverable_dest = self.broker.format.client_destination(self.undeliverable_queue)
@@ -380,7 +383,10 @@ class Engine:
             )
         self._connected = True
         self._connected_at = now_ms
-        self.log.info("staging engine connected")
+        done = time.monotonic()
+        self.log.info("staging engine connected", connect_s=round(connected - started, 3),
+                      declare_s=round(declared - connected, 3),
+                      subscribe_s=round(done - declared, 3))
 
     def _lost(self, error: Exception, now_ms: int) -> float:
         """Close, forget what was held (the broker redelivers it), and schedule a reconnect
