@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,22 @@ async def _listen(what: str, where: Endpoint, start: object) -> None:
         await start  # type: ignore[misc]
     except OSError as exc:
         raise ConfigError(f"{what}: cannot listen on {where}: {exc.strerror or exc}") from None
+
+
+def _check_free(settings: Settings) -> None:
+    """ConfigError for a listening address already taken, found before the engine's process
+    starts (the listeners themselves are set up after it, and say the same if one is taken
+    meanwhile)."""
+    wanted = [("--stomp-listen", settings.stomp_listen), ("--admin-listen", settings.admin_listen),
+              ("--stomp-tls-listen", settings.stomp_tls_listen),
+              ("--amqp-listen", settings.amqp_listen)]
+    for what, where in wanted:
+        if where is None or not where.port:
+            continue
+        try:
+            socket.create_server((where.host, where.port)).close()
+        except OSError as exc:
+            raise ConfigError(f"{what}: cannot listen on {where}: {exc.strerror or exc}") from None
 
 
 def _prepare_staging(settings: Settings, layout: Layout) -> None:
@@ -130,6 +147,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     targets = target_checks(settings)
     journal = Journal.open(settings, metrics.registry)
     journaled = journal.sinks if journal is not None else []
+    _check_free(settings)
     # The engine's process starts first: it imports and connects while the front-ends and the
     # admin API are imported and set up (started after them, a restarted bridge's first
     # release came 1.1-2.1 s after its start).

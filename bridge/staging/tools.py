@@ -28,7 +28,7 @@ from adapters.base import Message, StagingBroker
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from bridge.staging.orders import Action, Order, destination, rows_of
-from policies.errors import BridgeError, PutRefused, Refused
+from policies.errors import BridgeError, BrokerUnavailable, PutRefused, Refused
 
 # How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
 # head to the engine's peek subscription, where it stays until the engine's next look at that
@@ -126,7 +126,13 @@ def _queued_rows(
 ) -> Iterator[Row]:
     # ActiveMQ shows a browser only the first maxBrowsePageSize (400 by default) messages of a
     # queue, held ones included, and says nothing of the rest: compare with its own counts.
-    counted = broker.depths(layout.queues) if unseen is not None and broker.sees_held else {}
+    counted: dict[str, int] = {}
+    if unseen is not None and broker.sees_held:
+        try:
+            counted = broker.depths(layout.queues)
+        except (BrokerUnavailable, Refused) as error:  # a user the statistics are not for
+            structlog.get_logger("staging.tools").debug(
+                "cannot compare with the broker's counts", error=str(error))
     for queue in layout.queues:
         shown = 0
         for message in broker.browse(queue):
