@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     """The options bench/scale.py gives every part, for running this one alone."""
     parser.add_argument("--brokers", default="rabbitmq,activemq")
-    parser.add_argument("--quick", action="store_true", help="2,000 messages")
+    parser.add_argument("--quick", action="store_true",
+                        help="2,000 messages due 4 s ahead, probes for 1 s after")
     parser.add_argument("--rabbitmq", default=BROKERS["rabbitmq"]["address"], metavar="HOST:PORT")
     parser.add_argument("--rabbitmq-amqp", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     parser.add_argument("--activemq", default=BROKERS["activemq"]["address"], metavar="HOST:PORT")
@@ -179,8 +180,10 @@ def _pct(values: list[int], q: float) -> int | None:
 
 
 def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
-    n = 2_000 if getattr(args, "quick", False) else args.burst_messages
-    lead_s = args.burst_lead_s or n / 2_500 + 15
+    quick = getattr(args, "quick", False)
+    n = 2_000 if quick else args.burst_messages
+    lead_s = args.burst_lead_s or (4.0 if quick else n / 2_500 + 15)
+    probe_s = 1.0 if quick else args.burst_probe_s
     cfg = broker_config(broker_name, args)
     leftover = leftover_staged(broker_name, args)
     if leftover:
@@ -192,7 +195,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     ready, results = ctx.Event(), ctx.Queue()
     start = now_ms()
     due = start + round(lead_s * 1000)
-    probe_dues = list(range(due - 1000, due + round(args.burst_probe_s * 1000) + 1,
+    probe_dues = list(range(due - 1000, due + round(probe_s * 1000) + 1,
                             PROBE_EVERY_MS))
     consumer = ctx.Process(target=_consume, args=(
         broker_name, cfg, getattr(args, "rabbitmq_amqp", ""), [target, probe_target],
@@ -227,7 +230,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
                              f" give a longer --burst-lead-s than {lead_s}")
         time.sleep(max(0.0, (due - 1500 - now_ms()) / 1000))
         before, cpu0, rss0 = bridge.metrics(), bridge.cpu(), bridge.rss()
-        wait_s = max(args.timeout, 60) + (due + args.burst_probe_s * 1000 - now_ms()) / 1000
+        wait_s = max(args.timeout, 60) + (due + probe_s * 1000 - now_ms()) / 1000
         try:  # before the join: a child does not end until what it put has been read
             got = results.get(timeout=wait_s + 120)
         except Exception as exc:  # queue.Empty
@@ -303,14 +306,14 @@ def _report(broker_name: str, out: dict[str, Any], got: dict[str, Any], target: 
           f"before the burst: late at most {p['before_burst_max_ms']} ms; due during and after "
           f"it: late p50 {p['during_p50_ms']} ms, max {p['during_max_ms']} ms", flush=True)
     rows = out.get("timeline") or []
-    if len(rows) > 1:
+    line: list[str] = []
+    for (_, s0, h0, r0), (t1, s1, h1, r1) in zip(rows, rows[1:], strict=False):
+        if t1 > (out["last_s"] or 0) + 2:
+            break
+        line.append(f"{t1:+.0f}: {s1 - s0:,.0f}/{h1 - h0:,.0f}/{r1 - r0:,.0f}")
+    if line:
         print(f"  {broker_name} burst: per second (s from due: staged, hops, released):",
               flush=True)
-        line = []
-        for (_, s0, h0, r0), (t1, s1, h1, r1) in zip(rows, rows[1:], strict=False):
-            if t1 > (out["last_s"] or 0) + 2:
-                break
-            line.append(f"{t1:+.0f}: {s1 - s0:,.0f}/{h1 - h0:,.0f}/{r1 - r0:,.0f}")
         for k in range(0, len(line), 8):
             print("    " + "  ".join(line[k:k + 8]), flush=True)
     return out
