@@ -101,6 +101,9 @@ INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the inv
 INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
 # Why a message could not be put to its target when due (on the undeliverable queue).
 PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
+# The long levels and the failure queues are declared after the connect once something was
+# released, or this long after it.
+DECLARE_LATER_MS = 200
 # A message kept because its dead-letter destination refused it is tried again after its
 # message-retry interval, doubling each time up to this: many such messages do not keep the
 # engine busy with puts that fail.
@@ -262,6 +265,8 @@ class Engine:
         self._answers: list[tuple[str, Message]] = []  # (reply topic, answer) to publish
         self._connected = False
         self._connected_at = 0
+        self._undeclared: list[str] = []  # staging queues to declare after the connect
+        self._settled_since_connect = False
         self._reconnect_at = 0
         self._failures = 0
 
@@ -306,6 +311,7 @@ class Engine:
             now_ms = max(now_ms, self.clock())
             self._absorb(self.broker.poll(0), now_ms)
             self._release(now_ms)
+            self._declare_rest(now_ms)
             if self._answers:
                 self._answer()
             if not more and self._count_due(now_ms):
@@ -362,9 +368,13 @@ class Engine:
         started = time.monotonic()
         self.broker.connect()
         connected = time.monotonic()
-        self.broker.ensure_queues(
-            [*self.layout.queues, self.invalid_queue, self.undeliverable_queue]
-        )
+        # The queues it subscribes to first; the long levels (the deep ones: RabbitMQ answers a
+        # declare of one slowly for a second or two after a bridge was killed) and the failure
+        # queues once the first releases are out (``_declare_rest``).
+        first = [self.layout.ready, *self._streamed]
+        self.broker.ensure_queues(first)
+        self._undeclared = [q for q in (*self.layout.queues, self.invalid_queue,
+                                        self.undeliverable_queue) if q not in first]
         declared = time.monotonic()
         self._ready_dest = self.broker.format.client_destination(self.layout.ready)
         self._invalid_dest = self.broker.format.client_destination(self.invalid_queue)
@@ -383,10 +393,24 @@ class Engine:
             )
         self._connected = True
         self._connected_at = now_ms
+        self._settled_since_connect = False
         done = time.monotonic()
         self.log.info("staging engine connected", connect_s=round(connected - started, 3),
                       declare_s=round(declared - connected, 3),
                       subscribe_s=round(done - declared, 3))
+
+    def _declare_rest(self, now_ms: int) -> None:
+        """Declare the queues ``_connect`` left, once something was released since it or
+        DECLARE_LATER_MS after it. Until then the long levels are not peeked."""
+        if not self._undeclared or (
+            not self._settled_since_connect and now_ms < self._connected_at + DECLARE_LATER_MS
+        ):
+            return
+        started = time.monotonic()
+        self.broker.ensure_queues(self._undeclared)
+        self.log.debug("staging queues declared", queues=len(self._undeclared),
+                       seconds=round(time.monotonic() - started, 3))
+        self._undeclared = []
 
     def _lost(self, error: Exception, now_ms: int) -> float:
         """Close, forget what was held (the broker redelivers it), and schedule a reconnect
@@ -431,7 +455,9 @@ class Engine:
         for buffer in self._buffers.values():
             if buffer:
                 soonest = min(soonest, buffer[0][0])
-        if len(self._next_look) < len(self._peeked):
+        if self._undeclared:  # the long levels wait for their declare (``_declare_rest``)
+            soonest = min(soonest, self._connected_at + DECLARE_LATER_MS)
+        elif len(self._next_look) < len(self._peeked):
             return 0
         if self._next_look:
             soonest = min(soonest, min(self._next_look.values()))
@@ -444,7 +470,7 @@ class Engine:
         releases that are due), in one call, or two when a level is peeked (a round trip each,
         so the releases are settled first). Returns whether the batch limit left exits behind."""
         looks = self._next_look
-        due_levels = sorted(
+        due_levels = [] if self._undeclared else sorted(
             (looks.get(queue, -1), queue) for queue in self._peeked
             if looks.get(queue, -1) <= now_ms
         )
@@ -831,6 +857,7 @@ class Engine:
         if not work:
             return
         self._failures = 0
+        self._settled_since_connect = True
         # Lateness counts until the broker confirmed the release, not from when it began.
         self._record(work, max(now_ms, self.clock()))
 

@@ -20,6 +20,7 @@ from structlog.typing import FilteringBoundLogger
 from adapters.base import Held, Message
 from bridge.staging import envelope
 from bridge.staging.engine import (
+    DECLARE_LATER_MS,
     HORIZON_MS,
     INVALID_QUEUE,
     INVALID_REASON,
@@ -337,6 +338,10 @@ def test_a_due_ready_message_does_not_wait_for_a_round_of_slow_level_peeks() -> 
     clock = Clock()
     broker = SlowEmptyPeeks(clock, cost_ms=50)
     engine, stats, _ = engine_for(broker, clock, quick=False)
+    # Connected first: the long levels are declared (and looked at) DECLARE_LATER_MS after.
+    engine.step(T0 - DECLARE_LATER_MS)
+    assert not any(broker.peeks.values())
+    engine.step(T0)
     engine.step(T0)  # every level empty: each looked at again at T0 + its idle interval
     peeked = [q for _, q in LAYOUT.levels if (LAYOUT.dwell_of(q) or 0) > STREAM_MAX_MS]
     assert clock.now == T0 + 50 * len(peeked)

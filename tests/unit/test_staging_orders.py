@@ -8,6 +8,7 @@ import pytest
 
 from adapters.base import Held, Message
 from bridge.staging import envelope, orders, tools
+from bridge.staging.engine import DECLARE_LATER_MS
 from bridge.staging.orders import Action, Order, Orders
 from policies.reasons import MQRC_NOT_AUTHORIZED
 from tests.unit.memory_broker import MemoryBroker
@@ -138,6 +139,8 @@ def test_an_order_makes_the_engine_look_at_its_peeked_levels_at_once() -> None:
     broker = MemoryBroker(clock=clock)
     engine, stats, _ = engine_for(broker, clock)
     message_id = stage(broker, delay_ms=7 * 86_400_000, now=T0)
+    engine.step(T0 - DECLARE_LATER_MS)  # connected: the long levels are declared after
+    engine.step(T0)
     engine.step(T0)
     order = give(broker, Action.CANCEL, message_id)
     clock.now = T0 + 5
