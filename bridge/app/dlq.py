@@ -8,6 +8,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -199,12 +200,19 @@ def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool,
     handler = Handler(tools, rules, queue, tools.format,  # type: ignore[attr-defined]
                       stats=metrics.deadletters)
 
+    # SIGTERM ends the handler between passes (or its wait between them): raised in the middle
+    # of a sweep, an exception could leave pika unable to close the sweep's channel.
+    stopping = threading.Event()
+
     def stop(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        stopping.set()
+
+    def pause(seconds: float) -> None:
+        stopping.wait(seconds)
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        totals = handler.run(once=once)
+        totals = handler.run(once=once, stop=stopping.is_set, sleep=pause)
     except KeyboardInterrupt:
         print(f"stopped: {handler.totals.describe()}")
         return 0
@@ -212,6 +220,9 @@ def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool,
         print(handler.totals.describe())
         print(f"jms-bridge: dlq handle {queue}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    if stopping.is_set():
+        print(f"stopped: {totals.describe()}")
+        return 0
     print(totals.describe())
     return 0
 
