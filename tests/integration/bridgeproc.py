@@ -72,7 +72,10 @@ class BridgeProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
-        if not wait_port(self.stomp_port, timeout, self.proc):
+        # The admin API listens a moment after the STOMP port: wait for both.
+        if not (wait_port(self.stomp_port, timeout, self.proc)
+                and wait_port(self.admin_port, max(0.1, deadline - time.monotonic()),
+                              self.proc)):
             self.stop()
             raise RuntimeError(f"bridge did not start; its log:\n{self.log()}")
         while ready and self.http("/readyz")[0] != 200:
