@@ -143,6 +143,19 @@ def vm_rss_mb(pid: int) -> float:
     return 0.0
 
 
+def staging_metrics(admin_port: int) -> dict[str, float]:
+    """The bridge's staging samples on /metrics (jms_bridge_staged*, jms_bridge_staging*)."""
+    url = f"http://127.0.0.1:{admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("jms_bridge_stag"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 # --- the bridge -----------------------------------------------------------------------------------
 
 class Bridge(Server):
@@ -158,14 +171,7 @@ class Bridge(Server):
         self.address = ("127.0.0.1", listen)
 
     def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("jms_bridge_stag"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return staging_metrics(self.admin)
 
 
 def histogram(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pika
 import stomp
+from delay import staging_metrics
 from stomp_throughput import BenchError, _descendants, cpu_seconds, free_port, parse_address
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,14 +138,7 @@ class ScaleBridge:
         return out
 
     def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("jms_bridge_stag"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return staging_metrics(self.admin)
 
     def released(self) -> int:
         return int(self.metrics().get("jms_bridge_staging_released_total", 0))
