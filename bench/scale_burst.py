@@ -193,24 +193,30 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     target, probe_target = f"bench-burst.{tag}", f"bench-burst-probe.{tag}"
     ctx = mp.get_context("spawn")
     ready, results = ctx.Event(), ctx.Queue()
-    start = now_ms()
-    due = start + round(lead_s * 1000)
-    probe_dues = list(range(due - 1000, due + round(probe_s * 1000) + 1,
-                            PROBE_EVERY_MS))
+    # How many probes there are is known now; their due times and the burst's are set once the
+    # bridge and the consumer are up (starting them took 1.8 s of a 4 s lead on a busy machine).
+    n_probes = len(range(-1000, round(probe_s * 1000) + 1, PROBE_EVERY_MS))
     consumer = ctx.Process(target=_consume, args=(
         broker_name, cfg, getattr(args, "rabbitmq_amqp", ""), [target, probe_target],
-        n + len(probe_dues), ready, results), daemon=True)
+        n + n_probes, ready, results), daemon=True)
     out: dict[str, Any] = {"messages": n, "body_bytes": args.burst_size, "lead_s": lead_s}
     bridge = Bridge(broker_name, args)
     timeline: list[tuple[float, float, float, float]] = []
     sampling = threading.Event()
-    sampler = threading.Thread(target=_sample, args=(bridge, due, timeline, sampling), daemon=True)
+    sampler: threading.Thread | None = None
+    due = now_ms() + round(lead_s * 1000)
+    probe_dues: list[int] = []
     try:
-        sampler.start()
         consumer.start()
         if not ready.wait(30):
             raise BenchError("the consumer did not start")
         start = now_ms()
+        due = start + round(lead_s * 1000)
+        probe_dues = list(range(due - 1000, due + round(probe_s * 1000) + 1, PROBE_EVERY_MS))
+        assert len(probe_dues) == n_probes
+        sampler = threading.Thread(target=_sample, args=(bridge, due, timeline, sampling),
+                                   daemon=True)
+        sampler.start()
         _send_probes(bridge.address, cfg, f"/queue/{probe_target}", probe_dues, args.timeout)
         senders = [threading.Thread(target=_send, args=(
             bridge.address, cfg, f"/queue/{target}", range(k, n, args.burst_senders), due,
@@ -243,7 +249,8 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
                                   - before.get("jms_bridge_staging_released_total", 0))
     finally:
         sampling.set()
-        sampler.join()
+        if sampler is not None:
+            sampler.join()
         bridge.stop()
         if consumer.is_alive():
             consumer.terminate()
