@@ -185,8 +185,8 @@ def consume(address: tuple[str, int], broker: dict[str, Any], queue: str, count:
         "deliveries_per_s": round(listener.deliveries / elapsed, 1),
         "redeliveries": len(late), "wrong_count": listener.bad_count,
         "early": sum(1 for v in late if v < 0),
-        "lateness_ms": {"p50": percentile(late, 0.50), "p99": percentile(late, 0.99),
-                        "max": max(late) if late else None},
+        "lateness_ms": {"min": min(late) if late else None, "p50": percentile(late, 0.50),
+                        "p99": percentile(late, 0.99), "max": max(late) if late else None},
     }
 
 
@@ -296,7 +296,7 @@ def summarize(r: dict[str, Any]) -> list[str]:
     print(f"\n== {r['broker']}: {r['messages']:,} messages on the queue (paced runs: "
           f"{r['paced']:,} at {r['rate']:,.0f}/s), each NACKed {FAILS} times then ACKed")
     print(f"{'run':<16}{'msgs/s':>9}{'deliv/s':>9}{'ratio':>7}{'redeliv':>9}{'early':>7}"
-          f"{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}  delays")
+          f"{'min ms':>8}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}  delays")
     failed = []
     for run in (*RUNS, "broker_requeue", "default paced", "staged paced"):
         x = r[run]
@@ -308,7 +308,7 @@ def summarize(r: dict[str, Any]) -> list[str]:
         paced = run.endswith("paced")
         print(f"{run:<16}{x['msgs_per_s']:>9,.0f}{x['deliveries_per_s']:>9,.0f}"
               f"{'' if paced else format(ratio, '.2f'):>7}"
-              f"{x['redeliveries']:>9,}{x['early']:>7}{fmt(lat['p50']):>8}{fmt(lat['p99']):>8}"
+              f"{x['redeliveries']:>9,}{x['early']:>7}{fmt(lat['min']):>8}{fmt(lat['p50']):>8}{fmt(lat['p99']):>8}"
               f"{fmt(lat['max']):>8}  {x.get('delays_ms', '')}")
         if run in ("default", "staged") and ratio < GOALS["ratio"]:
             failed.append(f"{run}: throughput ratio {ratio:.2f} < {GOALS['ratio']}")

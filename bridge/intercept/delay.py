@@ -9,11 +9,11 @@ for any other send.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 from adapters.base import StagedFormat
 from bridge.intercept.chain import Interceptor, Interest
+from bridge.intercept.clock import wall_ms_ceil
 from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse, Rewrite
 from bridge.intercept.views import Send
 from bridge.staging import envelope
@@ -30,10 +30,6 @@ from policies.reasons import (
 )
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class DelayInterceptor(Interceptor):
     """Validates delayed sends and rewrites each into its staged copy."""
 
@@ -43,7 +39,7 @@ class DelayInterceptor(Interceptor):
         fmt: StagedFormat,
         config: DelayConfig,
         layout: Layout,
-        clock: Callable[[], int] = _wall_ms,
+        clock: Callable[[], int] = wall_ms_ceil,
         sinks: Sequence[Sink] = (),
         targets: TargetChecks | None = None,
     ) -> None:

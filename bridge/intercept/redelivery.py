@@ -17,11 +17,11 @@ else the ``redelivered`` flag as one more.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 from adapters.base import PER_DELIVERY, StagedFormat
 from bridge.intercept.chain import Interceptor, Interest
+from bridge.intercept.clock import wall_ms_ceil
 from bridge.intercept.decisions import RELAY, Copy, Decision, Replace, Stamp
 from bridge.intercept.views import Delivery, Settle, Settlement
 from bridge.staging import envelope
@@ -49,10 +49,6 @@ _NOT_COPIED = PER_DELIVERY | {"x-delivery-count", JMSX_DELIVERY_COUNT, "receipt"
 _STAMPS: dict[int, Stamp] = {}
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def delivery_count(headers: Mapping[str, str]) -> int:
     """JMSXDeliveryCount of a delivery: 1 on the first, counted from the copy's own header and
     the broker's redelivery signals."""
@@ -78,7 +74,7 @@ class RedeliveryInterceptor(Interceptor):
         fmt: StagedFormat,
         layout: Layout,
         undelivered: str = "/queue/" + UNDELIVERED_QUEUE,
-        clock: Callable[[], int] = _wall_ms,
+        clock: Callable[[], int] = wall_ms_ceil,
         rand: Callable[[], float] = random.random,
         sinks: Sequence[Sink] = (),
     ) -> None:
