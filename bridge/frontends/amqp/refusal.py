@@ -38,13 +38,16 @@ async def _read_frame(reader: asyncio.StreamReader) -> None:
 
 
 async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, text: str,
-                 code: int = CONNECTION_FORCED, timeout: float = READ_TIMEOUT_S) -> None:
-    """Answer the client's handshake far enough to close it with ``code`` and ``text``."""
+                 code: int = CONNECTION_FORCED, timeout: float = READ_TIMEOUT_S, *,
+                 header_read: bool = False) -> None:
+    """Answer the client's handshake far enough to close it with ``code`` and ``text``
+    (``header_read``: its protocol header was read and checked already)."""
     try:
-        header = await asyncio.wait_for(reader.readexactly(8), timeout)
-        if header != PROTOCOL_HEADER:
-            writer.write(PROTOCOL_HEADER)  # what RabbitMQ answers a wrong header with
-            return
+        if not header_read:
+            header = await asyncio.wait_for(reader.readexactly(8), timeout)
+            if header != PROTOCOL_HEADER:
+                writer.write(PROTOCOL_HEADER)  # what RabbitMQ answers a wrong header with
+                return
         writer.write(start_frame())
         await asyncio.wait_for(_read_frame(reader), timeout)  # Start-Ok
         writer.write(connection_close(code, text))

@@ -1,6 +1,9 @@
 """asyncio glue for the AMQP 0-9-1 front-end: sockets in, ``ProxyConnection`` decides, out.
 
-Each accepted client gets its own TCP connection to the broker's AMQP port; the client's own
+Each accepted client gets its own TCP connection to the broker's AMQP port, opened once the
+client has sent AMQP 0-9-1's protocol header (so idle sockets and other protocols never reach
+the broker: a client that sends no header within the handshake timeout is closed, one that
+sends another protocol's bytes gets the header RabbitMQ answers with); the client's own
 handshake (protocol header, Start-Ok with PLAIN or AMQPLAIN, Tune-Ok, Open) is relayed on it
 unchanged, so the broker authenticates every client and answers it in its own words. Frames
 go both ways as their original bytes. A client publish is offered to the one hook point,
@@ -21,6 +24,7 @@ import structlog
 from pamqp import commands
 
 from bridge.frontends.amqp.assembler import Message
+from bridge.frontends.amqp.builders import PROTOCOL_HEADER
 from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
 from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
@@ -77,8 +81,10 @@ class AmqpRelay:
         max_connections: int = 10_000,
         max_per_address: int = 1_000,
         readiness: Callable[[], str | None] = lambda: None,
+        handshake_timeout: float = 10.0,
     ) -> None:
         self.readiness = readiness  # why clients cannot be carried yet, or None
+        self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_per_address = max_per_address
         self._by_address: dict[str, int] = {}
@@ -176,13 +182,45 @@ class _Link:
         self.client_gone = False
         self.channels = 0  # open (Channel.Open-Ok seen, Close-Ok not yet)
 
+    async def _protocol_header(self) -> bytes | None:
+        """The client's protocol header, read before anything goes to the broker; None when
+        there is none to carry (the client left, sent no header in time, or sent another
+        protocol's bytes: answered with AMQP 0-9-1's header, as RabbitMQ answers them)."""
+        timeout = self.relay.handshake_timeout
+        deadline = asyncio.get_running_loop().time() + timeout
+        seen = b""
+        while len(seen) < len(PROTOCOL_HEADER):
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                chunk = await asyncio.wait_for(
+                    self.client_r.read(len(PROTOCOL_HEADER) - len(seen)), max(left, 0.0))
+            except TimeoutError:
+                self.relay.stats.protocol_errors["handshake-timeout"] += 1
+                self.log.info("closing", why=f"no protocol header within {timeout:g} s")
+                return None
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            seen += chunk
+            if not PROTOCOL_HEADER.startswith(seen):
+                self.relay.stats.protocol_errors["bad-header"] += 1
+                self.log.info("closing", why="not AMQP 0-9-1", first_octets=repr(seen))
+                self.client_w.write(PROTOCOL_HEADER)
+                return None
+        return seen
+
     async def run(self) -> None:
         host, port = self.relay.upstream
+        header = await self._protocol_header()
+        if header is None:
+            self.client_w.close()
+            return
         not_ready = self.relay.readiness()
         if not_ready is not None:  # the staging queues not yet declared: a publish would be lost
             self.relay.stats.protocol_errors["broker-unreachable"] += 1
             await refuse(self.client_r, self.client_w, f"MQRC_HOST_NOT_AVAILABLE (2538): "
-                         f"{not_ready}")
+                         f"{not_ready}", header_read=True)
             return
         try:
             self.up_r, up_w = await asyncio.wait_for(
@@ -194,12 +232,12 @@ class _Link:
             self.relay.stats.protocol_errors["broker-unreachable"] += 1
             await refuse(self.client_r, self.client_w,
                          f"MQRC_HOST_NOT_AVAILABLE (2538): RabbitMQ AMQP at {host}:{port} is not "
-                         f"reachable: {reason}")
+                         f"reachable: {reason}", header_read=True)
             return
         self.up_w = up_w
         if self.side is not None:
             self.side.attach(up_w.write)
-        up = asyncio.create_task(self._client_to_broker())
+        up = asyncio.create_task(self._client_to_broker(header))
         down = asyncio.create_task(self._broker_to_client())
         try:
             done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
@@ -216,15 +254,18 @@ class _Link:
             if self.up_w is not None:
                 self.up_w.close()
 
-    async def _client_to_broker(self) -> None:
+    async def _client_to_broker(self, first: bytes) -> None:
         assert self.up_w is not None
         read = self.client_r.read
         stats = self.relay.stats
         while True:
-            try:
-                data = await read(READ_SIZE)
-            except OSError:
-                data = b""
+            if first:  # the protocol header, read before the upstream connection was opened
+                data, first = first, b""
+            else:
+                try:
+                    data = await read(READ_SIZE)
+                except OSError:
+                    data = b""
             if not data:
                 self.client_gone = True
                 if self.side is not None:  # its unsettled deliveries are failures
