@@ -255,15 +255,17 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         # The same interceptors, on the same views, for publishes and consumers alike.
         upstream_amqp = bridge_amqp(settings)
         # Shared with the STOMP side: the frame limit (as the largest body), the connection
-        # limits (counted per listener), the handshake timeout (for the protocol header) and
-        # the broker-away answer (a Connection.Close).
+        # limits (counted per listener), the handshake timeout (for the protocol header), the
+        # buffered-bytes budget (one for both listeners) and the broker-away answer (a
+        # Connection.Close).
         amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port, chain=chain,
                          stats=metrics.count_amqp(),
                          max_body_size=settings.max_frame_bytes,
                          max_connections=settings.max_connections,
                          max_per_address=settings.max_connections_per_address,
                          readiness=watch.readiness,
-                         handshake_timeout=settings.handshake_timeout)
+                         handshake_timeout=settings.handshake_timeout,
+                         budget=stomp.budget)
         where = settings.amqp_listen
         await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
 

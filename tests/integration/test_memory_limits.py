@@ -7,13 +7,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pamqp import body as body_frame
+from pamqp import commands, header
+from pamqp import frame as pframe
 
-from tests.integration.bridgeproc import BridgeProcess
-from tests.integration.brokers import Broker
+from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
+from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import connect
 
 MIB = 1024 * 1024
@@ -107,3 +111,114 @@ def test_past_the_budget_clients_wait_and_nothing_is_lost(small: BridgeProcess,
     assert sorted(len(m.body) for m in got) == [big] * streams
     assert small.metric("jms_bridge_budget_pauses_total") > 0
     assert small.metric("jms_bridge_buffered_bytes") == 0
+
+
+# -- the AMQP listener shares the budget ------------------------------------------------------
+
+AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def _amqp_frame(sock: socket.socket) -> object:
+    head = _exactly(sock, 7)
+    rest = _exactly(sock, int.from_bytes(head[3:7], "big") + 1)
+    return pframe.unmarshal(head + rest)[2]
+
+
+def _exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {data[:200]!r}")
+        data += chunk
+    return data
+
+
+def _amqp_channel(port: int, broker: Broker) -> socket.socket:
+    """A raw AMQP connection through the bridge, channel 1 open in confirm mode."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(AMQP_HEADER)
+    assert isinstance(_amqp_frame(sock), commands.Connection.Start)
+    sock.sendall(pframe.marshal(commands.Connection.StartOk(
+        client_properties={"product": "raw"}, mechanism="PLAIN",
+        response=f"\0{broker.user}\0{broker.password}"), 0))
+    tune = _amqp_frame(sock)
+    assert isinstance(tune, commands.Connection.Tune)
+    sock.sendall(pframe.marshal(commands.Connection.TuneOk(tune.channel_max, 131072, 0), 0)
+                 + pframe.marshal(commands.Connection.Open("/"), 0))
+    assert isinstance(_amqp_frame(sock), commands.Connection.OpenOk)
+    sock.sendall(pframe.marshal(commands.Channel.Open(), 1))
+    assert isinstance(_amqp_frame(sock), commands.Channel.OpenOk)
+    sock.sendall(pframe.marshal(commands.Confirm.Select(), 1))
+    assert isinstance(_amqp_frame(sock), commands.Confirm.SelectOk)
+    return sock
+
+
+@pytest.fixture
+def small_amqp(tmp_path: Path) -> Iterator[tuple[BridgeProcess, int]]:
+    rabbit = BROKERS["rabbitmq"]
+    require(rabbit)
+    port = free_port()
+    proc = BridgeProcess("rabbitmq", f"{rabbit.stomp_host}:{rabbit.stomp_port}",
+                         tmp_path / "bridge.log",
+                         extra=["--max-frame-bytes", "1MiB", "--max-buffered-bytes", "1MiB",
+                                "--amqp-listen", f"127.0.0.1:{port}",
+                                "--staging-engine", "off"]).start()
+    assert wait_port(port, 10)
+    yield proc, port
+    assert proc.stop() == 0, proc.log()[-3000:]
+
+
+def test_amqp_publishes_past_the_budget_wait_and_nothing_is_lost(
+        small_amqp: tuple[BridgeProcess, int]) -> None:
+    import pika
+
+    bridge, port = small_amqp
+    rabbit = BROKERS["rabbitmq"]
+    queue = f"jbt-{uuid.uuid4().hex[:12]}"
+    params = pika.ConnectionParameters("127.0.0.1", port, credentials=pika.PlainCredentials(
+        rabbit.user, rabbit.password))
+    setup = pika.BlockingConnection(params)
+    channel = setup.channel()
+    channel.queue_declare(queue, durable=False, arguments={"x-expires": 120_000})
+    big, streams = 900 * 1024, 6
+    confirms: list[object] = []
+
+    def stream(i: int) -> None:
+        sock = _amqp_channel(port, rabbit)
+        body = bytes([65 + i]) * big
+        data = (pframe.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+                + pframe.marshal(header.ContentHeader(0, big, commands.Basic.Properties()), 1)
+                + b"".join(pframe.marshal(body_frame.ContentBody(body[at:at + 131_000]), 1)
+                           for at in range(0, big, 131_000)))
+        for at in range(0, len(data), 32 * 1024):
+            sock.sendall(data[at:at + 32 * 1024])
+            time.sleep(0.002)  # a slow network: the streams overlap
+        confirms.append(_amqp_frame(sock))
+        sock.close()
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    # Meanwhile a normal client publishes and gets through the same bridge.
+    small_queue = queue + "-small"
+    channel.queue_declare(small_queue, durable=False, arguments={"x-expires": 120_000})
+    channel.confirm_delivery()
+    for i in range(20):
+        channel.basic_publish("", small_queue, f"small {i}".encode())
+    assert [channel.basic_get(small_queue, auto_ack=True)[2] for _ in range(20)] == [
+        f"small {i}".encode() for i in range(20)]
+    for t in threads:
+        t.join(60)
+    assert [type(c).__name__ for c in confirms] == ["Ack"] * streams, confirms
+    got = []
+    for _ in range(streams):
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        assert method is not None
+        got.append(body)
+    channel.queue_delete(queue)
+    channel.queue_delete(small_queue)
+    setup.close()
+    assert sorted(got) == sorted(bytes([65 + i]) * big for i in range(streams))
+    assert bridge.metric("jms_bridge_amqp_budget_pauses_total") > 0
+    assert bridge.metric("jms_bridge_amqp_buffered_bytes") == 0

@@ -58,6 +58,18 @@ def test_publish_across_frames(mode: str) -> None:
     assert message.headers == {"count": 7, "name": "x", "big": 2**40}
 
 
+def test_held_counts_the_bodies_of_messages_in_part() -> None:
+    assembler = Assembler()
+    one = method(commands.Basic.Publish(routing_key="a"), 1) + content_header(1, 300, PROPS)
+    two = method(commands.Basic.Publish(routing_key="b"), 2) + content_header(2, 50, PROPS)
+    assert assemble(one + body(1, b"x" * 100) + two + body(2, b"y" * 20), assembler) == []
+    assert assembler.held == 120  # what the budget counts for a client
+    assemble(body(1, b"x" * 200), assembler)  # channel 1's message is complete: not held
+    assert assembler.held == 20
+    assembler.forget(2)
+    assert assembler.held == 0
+
+
 def test_empty_body_completes_at_header() -> None:
     [message] = assemble(publish(2, b""))
     assert isinstance(message, Message) and message.body == b"" and message.body_frames == []

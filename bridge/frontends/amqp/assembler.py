@@ -113,6 +113,11 @@ class Assembler:
         self._max_body = max_body_size
         self._pending: dict[int, _Pending] = {}
 
+    @property
+    def held(self) -> int:
+        """Body bytes of messages received in part and held until they are complete."""
+        return sum(waiting.received for waiting in self._pending.values())
+
     def pending(self, channel: int) -> bool:
         """Whether a message on ``channel`` is waiting for more frames."""
         return channel in self._pending

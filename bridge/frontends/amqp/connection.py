@@ -176,6 +176,12 @@ class ProxyConnection:
         # until the broker's Close-Ok): whoever tracks the channel's deliveries forgets them.
         self.on_refused: Callable[[int], None] | None = None
 
+    @property
+    def client_buffered(self) -> int:
+        """Bytes of the client's held until they are complete: a frame's, and the bodies of
+        messages received in part (what ``--max-buffered-bytes`` counts)."""
+        return self._client.buffered + self._publishes.held
+
     # -- client -> broker -------------------------------------------------------------------
     def client_data(self, data: bytes) -> list[Event]:
         """Events for bytes from the client; AmqpProtocolError (with ``events`` set to those

@@ -32,6 +32,7 @@ from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY
 from bridge.frontends.amqp.refusal import refuse
 from bridge.frontends.amqp.settling import ConsumerSide
 from bridge.frontends.amqp.translate import PublishScreen
+from bridge.frontends.budget import Budget
 from bridge.frontends.stats import AmqpStats
 from bridge.intercept.chain import Chain
 from policies.errors import Refused
@@ -82,7 +83,11 @@ class AmqpRelay:
         max_per_address: int = 1_000,
         readiness: Callable[[], str | None] = lambda: None,
         handshake_timeout: float = 10.0,
+        budget: Budget | None = None,
     ) -> None:
+        # Bytes held for clients, process-wide (shared with the STOMP listener): past it, a
+        # client holding part of a message is not read until others have passed theirs on.
+        self.budget = budget or Budget(128 * 1024 * 1024)
         self.readiness = readiness  # why clients cannot be carried yet, or None
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
@@ -181,6 +186,27 @@ class _Link:
                      if chain is not None else None)
         self.client_gone = False
         self.channels = 0  # open (Channel.Open-Ok seen, Close-Ok not yet)
+        self._may_read = asyncio.Event()  # cleared while the budget holds the client's reading
+        self._may_read.set()
+
+    def budget_resume(self) -> None:
+        self._may_read.set()
+
+    async def _account(self) -> None:
+        """Tell the budget what the client holds now; wait while it says not to read more."""
+        budget, stats = self.relay.budget, self.relay.stats
+        before = budget.total
+        if budget.update(self, self.conn.client_buffered) and self._may_read.is_set():
+            self._may_read.clear()
+            stats.budget_pauses += 1
+        stats.buffered_bytes += budget.total - before
+        await self._may_read.wait()
+
+    def _forget_budget(self) -> None:
+        budget = self.relay.budget
+        before = budget.total
+        budget.forget(self)
+        self.relay.stats.buffered_bytes += budget.total - before
 
     async def _protocol_header(self) -> bytes | None:
         """The client's protocol header, read before anything goes to the broker; None when
@@ -250,6 +276,7 @@ class _Link:
             await asyncio.gather(up, down, return_exceptions=True)
             self.relay.stats.channels_open -= self.channels
             self.channels = 0
+            self._forget_budget()
             self.client_w.close()
             if self.up_w is not None:
                 self.up_w.close()
@@ -294,6 +321,7 @@ class _Link:
                 self.client_w.write(exc.reply())
                 await self.client_w.drain()
                 return
+            await self._account()
 
     def _count(self, events: list[Event], tally: Tally[int]) -> None:
         """Method frames by method, heartbeats, and the channels a client opens and closes."""
