@@ -40,8 +40,9 @@ _DELIVERY_MODE = "delivery-mode"
 
 
 def shown(value: Any) -> str | None:
-    """What the STOMP view shows of a header-table value (``adapters.rabbitmq.stomp_headers``):
-    a string or an integer as text; None for what it drops."""
+    """What the STOMP view shows of a header-table value
+    (``adapters.rabbitmq_stomp.stomp_headers``): a string or an integer as text; None for what it
+    drops."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

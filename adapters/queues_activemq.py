@@ -33,16 +33,10 @@ from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
-from adapters.activemq import (
-    STATISTICS,
-    STATISTICS_END,
-    ActiveMQ,
-    _corked,
-    _message,
-    _valid_destination,
-    activemq_reason,
-    map_message_json,
-)
+from adapters.activemq import ActiveMQ, _message
+from adapters.activemq_connection import activemq_reason
+from adapters.activemq_puts import _corked, _valid_destination
+from adapters.activemq_statistics import STATISTICS, STATISTICS_END, map_message_json
 from adapters.base import Message
 from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
 from policies.errors import BrokerUnavailable, PutRefused

@@ -31,15 +31,9 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from adapters.base import Message
 from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
-from adapters.rabbitmq import (
-    RabbitMQ,
-    _close_quietly,
-    _unflushed,
-    amqp_properties,
-    refusal_reason,
-    route,
-    stomp_headers,
-)
+from adapters.rabbitmq import RabbitMQ
+from adapters.rabbitmq_connection import _close_quietly, _unflushed, refusal_reason
+from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_UNKNOWN_OBJECT_NAME
 

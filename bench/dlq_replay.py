@@ -35,7 +35,7 @@ import pika
 import stomp
 
 from adapters.base import Message
-from adapters.rabbitmq import amqp_properties
+from adapters.rabbitmq_stomp import amqp_properties
 from bench.selector_micro import messages as micro_messages
 from bridge.app.config import resolve
 from bridge.app.dlq import queue_tools

@@ -14,13 +14,8 @@ acknowledged, and the engine never acknowledges a message without its replacemen
 goes back to its queue and is met again after the reconnect: a crash may duplicate a hop or a
 release, never lose a message.
 
-A message whose target the broker refuses (no such queue, not authorized, full, too big: the
-adapter's PutRefused) does not stall the rest of its batch, and is not taken for a broker
-outage: a refusal that can pass (full, put-inhibited) puts it back on the staging queues to be
-tried again (message-retry); otherwise, and for an expiry, ``bridge.staging.failures`` puts the
-report it asked for and says where it goes (the undelivered queue, a policy's dead-letter
-destination, ``<prefix>.undeliverable``, or nowhere). A dead-letter destination that refuses it
-leaves it on the staging queues, tried again later.
+Settling, and what becomes of a move the broker refuses, are ``bridge.staging.engine_settling``'s;
+carrying out operators' orders ``bridge.staging.engine_orders``'s.
 
 ``step(now_ms)`` is one iteration without blocking, so tests drive the engine with their own
 clock; ``run(stop)`` is the thread's loop around it, waiting in ``poll`` (which also services the
@@ -34,45 +29,32 @@ import heapq
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import structlog
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
+from bridge.staging.engine_orders import _OperatorOrders
+from bridge.staging.engine_settling import _Settling
+from bridge.staging.engine_work import _Kind, _Work
 from bridge.staging.envelope import (
     FAILED_AT,
-    FRAME_ONLY,
-    KEPT,
-    MESSAGE_ID,
-    PREFIX,
     REASON,
     REASON_CODE,
     REASON_TEXT,
-    RETRIES,
-    RETRY_AT,
     Staged,
-    as_plain_headers,
     hop_headers,
     released_headers,
 )
-from bridge.staging.failures import (
-    FailurePath,
-    FailureSettings,
-    attempts_of,
-    retry_wait_ms,
-)
+from bridge.staging.failures import FailurePath, FailureSettings
 from bridge.staging.levels import MIN_LEVEL, Layout
-from bridge.staging.orders import Action, Order, Orders, destination
-from bridge.staging.outcomes import Kind, LogSink, Outcome, Sink, StatsSink
+from bridge.staging.orders import Orders
+from bridge.staging.outcomes import LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
-from policies.errors import BrokerUnavailable, PutRefused, Refused
-from policies.failures import Cause
-from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD, Reason
+from policies.errors import BrokerUnavailable, Refused
 
 __all__ = ["FAILED_AT", "REASON", "REASON_CODE", "REASON_TEXT", "Engine"]
 
@@ -97,17 +79,10 @@ SLICE = 16
 SOON_MS = 5
 # Heads taken between two looks at whether a held message has come due.
 CHECK_EVERY = 64
-INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the invalid queue
-INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
-# Why a message could not be put to its target when due (on the undeliverable queue).
 PENDING_EVERY_MS = 5_000  # how often the pending gauge is refreshed
 # The long levels and the failure queues are declared after the connect once something was
 # released, or this long after it.
 DECLARE_LATER_MS = 200
-# A message kept because its dead-letter destination refused it is tried again after its
-# message-retry interval, doubling each time up to this: many such messages do not keep the
-# engine busy with puts that fail.
-KEEP_MAX_MS = 60_000
 # Counting is a round trip or more (5-17 ms on this machine) that releases would wait for: it
 # waits for a gap of COUNT_GAP_MS before the next release or level exit, up to PENDING_LATE_MS
 # (under a steady 1,000 releases a second there is no such gap).
@@ -129,55 +104,7 @@ class Stop(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-class _Kind(Enum):
-    HOLD = "hold"  # a level head due within the horizon, kept for release
-    HOP = "hop"
-    RELEASE = "release"
-    EXPIRE = "expire"
-    INVALID = "invalid"
-    UNDELIVERABLE = "undeliverable"
-    UNDELIVERED = "undelivered"  # to the undelivered queue (JMS_TIBCO_PRESERVE_UNDELIVERED)
-    DEAD_LETTERED = "dead-lettered"  # to a destination the target's policy names
-    DISCARD = "discard"  # could not be delivered and asked to be discarded (MQRO_DISCARD_MSG)
-    RETRY = "retry"  # refused for a reason that can pass: back on the staging queues
-    KEEP = "keep"  # its dead-letter destination refused it: back on the staging queues
-    CANCEL = "cancel"  # an operator's order: acknowledged, never delivered
-    RELEASE_NOW = "release-now"  # an operator's order: delivered before its due time
-
-
-# What an operator's order did, as its answer says.
-_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired",
-         _Kind.RETRY: "retried", _Kind.DISCARD: "discarded", _Kind.KEEP: "kept"}
-_OUTCOME = {
-    _Kind.RELEASE: Kind.RELEASED, _Kind.RELEASE_NOW: Kind.RELEASED_NOW,
-    _Kind.CANCEL: Kind.CANCELLED, _Kind.EXPIRE: Kind.EXPIRED,
-    _Kind.UNDELIVERABLE: Kind.UNDELIVERABLE, _Kind.UNDELIVERED: Kind.UNDELIVERED,
-    _Kind.DEAD_LETTERED: Kind.DEAD_LETTERED, _Kind.DISCARD: Kind.DELETED,
-    _Kind.RETRY: Kind.RETRIED, _Kind.KEEP: Kind.KEPT,
-}
-_FAILED = {Kind.UNDELIVERABLE: _Kind.UNDELIVERABLE, Kind.UNDELIVERED: _Kind.UNDELIVERED,
-           Kind.DEAD_LETTERED: _Kind.DEAD_LETTERED, Kind.DELETED: _Kind.DISCARD,
-           Kind.EXPIRED: _Kind.EXPIRE}
-# Moves to a dead-letter home: one the broker refuses keeps its message on the staging queues.
-_TO_DEAD_LETTER = frozenset({_Kind.UNDELIVERABLE, _Kind.UNDELIVERED, _Kind.DEAD_LETTERED})
-_RELEASES = frozenset({_Kind.RELEASE, _Kind.RELEASE_NOW})
-
-
-@dataclass(slots=True)
-class _Work:
-    """One move and what to count and log once the broker has done it."""
-
-    kind: _Kind
-    move: Move
-    staged: Staged | None = None
-    queue: str | None = None  # HOP: the queue entered; INVALID: the queue it was found on
-    error: str | None = None
-    reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
-    order: Order | None = None  # the operator's order this carries out, answered once done
-    count: int = 1  # RETRY: the retry's number; KEEP: times kept
-
-
-class Engine:
+class Engine(_Settling, _OperatorOrders):
     """Moves and releases staged messages; one per thread, owning its adapter."""
 
     def __init__(
@@ -648,266 +575,3 @@ class Engine:
         headers = released_headers(held.message.headers, self.broker.format, now_ms=now_ms)
         move = Move(held, staged.target, Message(headers, held.message.body))
         return _Work(_Kind.RELEASE, move, staged)
-
-    # -- operators' orders ------------------------------------------------------------------
-
-    def _take_order(self, message: Message, now_ms: int) -> None:
-        """An order heard on the control topic: remember it, and carry it out on every copy
-        of its message this engine holds (settled with the next releases)."""
-        try:
-            order = Order.of(message.headers)
-        except ValueError as error:
-            self.log.warning("ignored a message on the control topic", error=str(error))
-            return
-        if order.action is Action.LIST:
-            if order.reply_topic:
-                self._answers.append((order.reply_topic, order.listing(self._held())))
-            return
-        self._orders.add(order, now_ms)
-        found = self._unhold(order.message_id)
-        self.log.info("operator order", order=order.action.value, message_id=order.message_id,
-                      held=len(found))
-        for held, staged in found:
-            self._pending.append(self._carry_out(order, held, staged, now_ms))
-        # Look at every peeked level's head now: ActiveMQ pushes a head to the engine's peek
-        # subscription, where no one else can take it, long before the engine looks at it.
-        for queue in self._peeked:
-            self._next_look.pop(queue, None)
-
-    def _held(self) -> Iterator[Held]:
-        """Every staged message the engine holds between steps."""
-        for buffer in self._buffers.values():
-            for _, held in buffer:
-                yield held
-        for held, _ in self._hops:
-            yield held
-        for entry in self._heap:
-            yield entry[2]
-
-    def _unhold(self, message_id: str) -> list[tuple[Held, Staged]]:
-        """Take every held copy of ``message_id`` out of the level buffers, the hops to settle
-        and the release heap. (One in ``_pending`` is being settled already.)"""
-        found: list[tuple[Held, Staged]] = []
-
-        def match(held: Held) -> bool:
-            return held.message.headers.get(MESSAGE_ID) == message_id
-
-        for queue, buffer in self._buffers.items():
-            if any(match(held) for _, held in buffer):
-                keep = collections.deque[tuple[int, Held]]()
-                for entry in buffer:
-                    if match(entry[1]):
-                        found.append((entry[1], Staged.of(entry[1].message.headers)))
-                    else:
-                        keep.append(entry)
-                self._buffers[queue] = keep
-        if any(match(held) for held, _ in self._hops):
-            found += [(h, s) for h, s in self._hops if match(h)]
-            self._hops = collections.deque((h, s) for h, s in self._hops if not match(h))
-        if any(match(entry[2]) for entry in self._heap):
-            found += [(e[2], e[3]) for e in self._heap if match(e[2])]
-            self._heap = [e for e in self._heap if not match(e[2])]
-            heapq.heapify(self._heap)
-        return found
-
-    def _carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> _Work:
-        """The move that does what ``order`` says with one held copy of its message."""
-        if order.action is Action.CANCEL:
-            return _Work(_Kind.CANCEL, Move(held), staged, order=order)
-        if staged.expires_ms is not None and staged.expires_ms <= now_ms:
-            return _Work(_Kind.EXPIRE, Move(held), staged, order=order)
-        work = self._released(held, staged, now_ms)
-        work.kind, work.order = _Kind.RELEASE_NOW, order
-        return work
-
-    def _answer(self) -> None:
-        """Tell the tools that gave the orders just carried out (a lost answer only makes a
-        tool look on the queues and say it found nothing)."""
-        answers, self._answers = self._answers, []
-        for topic, answer in answers:
-            try:
-                self.broker.publish(destination(topic), answer)
-            except PutRefused as refused:
-                self.log.warning("cannot answer an operator order", topic=topic,
-                                 error=str(refused))
-
-    # -- settling ---------------------------------------------------------------------------
-
-    def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> _Work:
-        """An unreadable staged message is kept for a person to look at, not dropped (with
-        ``plain``, its property headers as plain ones: the broker refused one of them)."""
-        headers = {n: v for n, v in held.message.headers.items() if n not in FRAME_ONLY}
-        if plain:
-            headers = as_plain_headers(headers)
-        headers[INVALID_REASON] = f"{type(error).__name__}: {error}"
-        headers[INVALID_QUEUE] = held.queue
-        move = Move(held, self._invalid_dest, Message(headers, held.message.body))
-        return _Work(_Kind.INVALID, move, queue=held.queue, error=headers[INVALID_REASON])
-
-    def _restage(
-        self, w: _Work, kind: _Kind, due_ms: int, now_ms: int, headers: dict[str, str],
-        reason: Reason, text: str, count: int,
-    ) -> _Work:
-        """``w``'s message back on the staging queues, due again at ``due_ms`` (its own due
-        time kept), with ``headers`` added: a RETRY or a KEEP."""
-        held, staged = w.move.held, w.staged
-        assert staged is not None
-        out = hop_headers(held.message.headers, now_ms=now_ms)
-        out.update(headers)
-        out[RETRY_AT] = str(due_ms)
-        queue = self.layout.queue_for(due_ms - now_ms)
-        dest = (self._ready_dest if queue == self.layout.ready
-                else self.broker.format.client_destination(queue))
-        retried = Staged(staged.target, due_ms, staged.sent_ms, now_ms, staged.expires_ms,
-                         staged.message_id)
-        return _Work(kind, Move(held, dest, Message(out, held.message.body)), retried,
-                     queue=queue, error=text, reason=reason, order=w.order, count=count)
-
-    def _refused(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
-        """A release the broker refused: tried again later if the refusal can pass and
-        message-retry allows, else the failure path."""
-        staged = w.staged
-        assert staged is not None
-        headers = w.move.held.message.headers
-        attempts = attempts_of(headers)
-        retry = self.failures.retry_for(staged.target)
-        wait_ms = retry_wait_ms(retry, refused, attempts)
-        if w.order is not None:  # a release-now order is done with: message-retry from here
-            self._orders.done(staged.message_id)
-        if wait_ms is not None:
-            return self._restage(w, _Kind.RETRY, now_ms + wait_ms, now_ms,
-                                 {RETRIES: str(attempts)}, refused.reason, refused.text,
-                                 attempts)
-        text = refused.text
-        if attempts > 1:
-            text = f"{text} (put {attempts} times, message-retry {retry})"
-        return self._failed(w, Cause.REFUSED, refused.reason, text, now_ms)
-
-    def _expired(self, w: _Work, now_ms: int) -> _Work:
-        """An expired message: discarded as before, unless it asked for a report or to be
-        kept, or its policy names an expiry destination."""
-        staged = w.staged
-        assert staged is not None
-        if self.failures.routine_expiry(w.move.held.message.headers, staged.target):
-            return w
-        expires = staged.expires_ms
-        return self._failed(w, Cause.EXPIRED, MQFB_EXPIRATION,
-                            f"its time to live ran out at {expires} while staged", now_ms)
-
-    def _failed(self, w: _Work, cause: Cause, reason: Reason, text: str, now_ms: int) -> _Work:
-        """The move that takes a message that cannot be delivered where the failure path says,
-        after its report; a KEEP when the report's dead-letter home refused that report."""
-        held, staged = w.move.held, w.staged
-        assert staged is not None
-        failed = self.failures.fail(held, staged, cause, reason, text, now_ms)
-        if failed.report is not None and failed.destination is not None:
-            try:
-                self.broker.publish(failed.destination, failed.report)
-            except PutRefused as refused:
-                return self._keep(w, refused, now_ms)
-        kind = _FAILED[failed.kind]
-        move = Move(held, failed.destination, failed.message)
-        return _Work(kind, move, staged, queue=failed.destination, error=failed.text,
-                     reason=failed.route.reason, order=w.order)
-
-    def _keep(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
-        """A dead-letter home refused the message: it stays on the staging queues (IBM MQ
-        leaves it on the transmission queue and stops the channel), due again after its
-        target's message-retry interval, doubled each time it is kept, up to KEEP_MAX_MS; its
-        target is tried first then."""
-        staged = w.staged
-        assert staged is not None
-        headers = w.move.held.message.headers
-        kept = int(headers.get(KEPT, "0")) + 1 if headers.get(KEPT, "0").isdigit() else 1
-        interval = max(self.failures.retry_for(staged.target).interval_ms, 1)
-        wait_ms = backoff_ms(kept, initial_ms=interval, max_ms=max(interval, KEEP_MAX_MS))
-        return self._restage(w, _Kind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},
-                             refused.reason, f"{refused.destination}: {refused.text}", kept)
-
-    def _settle(self, work: list[_Work], now_ms: int) -> None:
-        """Settle ``work``; a release the broker refuses is retried or takes the failure path,
-        a dead-letter move it refuses is kept on the staging queues, and the rest of the batch
-        is settled after it, without a reconnect. A refused hop, invalid, retry or keep move
-        means a staging queue is missing: that is taken for an outage (the reconnect declares
-        the queues again)."""
-        if any(w.kind is _Kind.EXPIRE for w in work):
-            work = [self._expired(w, now_ms) if w.kind is _Kind.EXPIRE else w for w in work]
-        while work:
-            try:
-                self.broker.settle([w.move for w in work])
-                break
-            except PutRefused as refused:
-                index, also = refused.index, set(refused.also_done)
-                done = [*work[:index], *(work[i] for i in sorted(also))]
-                bad = work[index]
-                self._record(done, max(now_ms, self.clock()))
-                rest = [w for i, w in enumerate(work) if i > index and i not in also]
-                if bad.kind in _RELEASES:
-                    work = [self._refused(bad, refused, now_ms), *rest]
-                elif bad.kind in _TO_DEAD_LETTER:
-                    work = [self._keep(bad, refused, now_ms), *rest]
-                elif bad.kind is _Kind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
-                    # The message itself cannot be put (it would fail at every reconnect and
-                    # stall the engine): kept on the invalid queue for an operator.
-                    work = [self._invalid(bad.move.held, refused, plain=True), *rest]
-                else:
-                    raise BrokerUnavailable(
-                        f"a staging queue refused a {bad.kind.value} move: {refused}"
-                    ) from refused
-        if not work:
-            return
-        self._failures = 0
-        self._settled_since_connect = True
-        # Lateness counts until the broker confirmed the release, not from when it began.
-        self._record(work, max(now_ms, self.clock()))
-
-    def _emit(self, outcomes: Sequence[Outcome]) -> None:
-        for sink in self.sinks:
-            sink(outcomes)
-
-    def _record(self, work: list[_Work], now_ms: int) -> None:
-        """Hand what the broker has now done to the sinks, as outcomes."""
-        looks = self._next_look
-        outcomes: list[Outcome] = []
-        hops = 0
-        for w in work:
-            staged, kind = w.staged, w.kind
-            if kind is _Kind.HOP or kind is _Kind.RETRY or kind is _Kind.KEEP:
-                dwell = self._dwell.get(w.queue or "")
-                if dwell is not None and w.queue in looks:
-                    # Its head exits no later than the message just put behind it.
-                    looks[w.queue] = min(looks[w.queue], now_ms + dwell)
-                if kind is _Kind.HOP:
-                    hops += 1
-                    continue
-            if kind is _Kind.INVALID:
-                headers = w.move.held.message.headers
-                outcomes.append(Outcome(
-                    Kind.INVALID, now_ms,
-                    message_id=headers.get("message-id") or headers.get("amqp-message-id"),
-                    target=headers.get(PREFIX + "target"), queue=self.invalid_queue,
-                    detail=f"{w.error} (on {w.queue})", size=len(w.move.held.message.body),
-                ))
-            else:
-                assert staged is not None
-                outcomes.append(Outcome(
-                    _OUTCOME[kind], now_ms, staged.message_id, staged.target, staged.due_ms,
-                    staged.expires_ms,
-                    reason=w.reason or (MQFB_EXPIRATION if kind is _Kind.EXPIRE else None),
-                    detail=w.error or "",
-                    queue=self.undeliverable_queue if kind is _Kind.UNDELIVERABLE else w.queue,
-                    size=len(w.move.held.message.body), count=w.count,
-                ))
-                if kind is _Kind.KEEP:
-                    self._blocked.add(staged.message_id)
-                    self.stats.blocked = len(self._blocked)
-                elif self._blocked and kind is not _Kind.RETRY:
-                    self._blocked.discard(staged.message_id)
-                    self.stats.blocked = len(self._blocked)
-            if w.order is not None and w.order.reply_topic:
-                answer = w.order.answer(_DONE.get(w.kind, w.kind.value))
-                self._answers.append((w.order.reply_topic, answer))
-        if hops:
-            outcomes.append(Outcome(Kind.HOPPED, now_ms, count=hops))
-        for sink in self.sinks:
-            sink(outcomes)

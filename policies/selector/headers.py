@@ -131,8 +131,9 @@ ACTIVEMQ = HeaderMap(
     },
 )  # fmt: skip
 
-# RabbitMQ's STOMP plugin: AMQP basic properties travel as these headers (adapters/rabbitmq.py);
-# the AMQP message id is amqp-message-id (STOMP's message-id is the delivery's own).
+# RabbitMQ's STOMP plugin: AMQP basic properties travel as these headers
+# (adapters/rabbitmq_stomp.py); the AMQP message id is amqp-message-id (STOMP's message-id is the
+# delivery's own).
 RABBITMQ = HeaderMap(
     fields=MappingProxyType({
         "JMSMessageID": Field(("amqp-message-id",)),

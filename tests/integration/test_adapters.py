@@ -16,7 +16,8 @@ import pytest
 
 from adapters.activemq import ActiveMQ
 from adapters.base import Held, Message, Move, StagingBroker
-from adapters.rabbitmq import RabbitMQ, amqp_properties, route, stomp_headers
+from adapters.rabbitmq import RabbitMQ
+from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, PutRefused
 from tests.integration.brokers import Broker

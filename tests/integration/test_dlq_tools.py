@@ -405,7 +405,7 @@ def _bulk(broker: Broker, tools: QueueTools, dlq: str, headers: dict[str, str], 
     base = {k: v for k, v in headers.items() if k not in ("n", envelope.MESSAGE_ID)}
     run = headers["run"]
     if broker.name == "rabbitmq":
-        from adapters.rabbitmq import amqp_properties
+        from adapters.rabbitmq_stomp import amqp_properties
 
         conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
         ch = conn.channel()

@@ -1,10 +1,11 @@
-"""Which statistics request counts a set of queues at once (adapters.activemq._wildcard_scope)."""
+"""Which statistics request counts a set of queues at once
+(adapters.activemq_statistics._wildcard_scope)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.activemq import _wildcard_scope
+from adapters.activemq_statistics import _wildcard_scope
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from pamqp import commands
 from pamqp import frame as pframe
 
 from adapters import amqp_types
-from adapters.rabbitmq import amqp_properties, stomp_headers
+from adapters.rabbitmq_stomp import amqp_properties, stomp_headers
 from bridge.frontends.amqp import Frame, Message, ProxyConnection
 from bridge.frontends.amqp.consumers import DROP, Consumers, Failure
 from bridge.frontends.amqp.deliveries import delivery_fields, delivery_view, stamped_header

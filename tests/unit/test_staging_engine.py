@@ -22,12 +22,11 @@ from bridge.staging import envelope
 from bridge.staging.engine import (
     DECLARE_LATER_MS,
     HORIZON_MS,
-    INVALID_QUEUE,
-    INVALID_REASON,
     LEAD_MS,
     STREAM_MAX_MS,
     Engine,
 )
+from bridge.staging.engine_settling import INVALID_QUEUE, INVALID_REASON
 from bridge.staging.levels import MAX_LEVEL, Layout
 from bridge.staging.outcomes import Kind, Outcome
 from bridge.staging.stats import StagingStats

@@ -259,7 +259,7 @@ def test_a_release_now_order_refused_falls_to_message_retry() -> None:
 def test_a_temporary_reply_queue_is_a_destination_and_an_unknown_reply_to_a_refusal() -> None:
     """A STOMP client's /temp-queue/ reply-to reads /reply-queue/<q> on RabbitMQ: the adapter
     puts to it; a reply-to no adapter can name is a refused report, not a crash."""
-    from adapters.rabbitmq import Route, route
+    from adapters.rabbitmq_stomp import Route, route
 
     assert route("/reply-queue/amq.gen-Xy") == Route("", "amq.gen-Xy", queue=True)
 

@@ -9,7 +9,7 @@ import pytest
 
 from adapters import rabbitmq
 from adapters.base import PutCheck
-from adapters.rabbitmq import queue_check
+from adapters.rabbitmq_checks import queue_check
 from bridge.frontends.stomp import HEARTBEAT, FrameParser, serialize
 from bridge.frontends.stomp.session import Session, State
 from bridge.intercept.chain import Chain

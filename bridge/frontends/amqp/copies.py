@@ -17,7 +17,7 @@ from typing import Any
 from pamqp import commands
 from pamqp import frame as pframe
 
-from adapters.rabbitmq import route
+from adapters.rabbitmq_stomp import route
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import channel_close_ok, publish_frames
 from bridge.frontends.amqp.framer import Frame

@@ -19,7 +19,7 @@ import pika
 from pamqp import commands
 
 from adapters import amqp_types
-from adapters.rabbitmq import amqp_properties, route, stomp_headers
+from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import content_frames, publish_method
 from bridge.frontends.amqp.connection import ProxyConnection

@@ -1,6 +1,6 @@
 """STOMP 1.0/1.1/1.2 codec: bytes -> frames (FrameParser) and frames -> bytes (serialize)."""
 
-from bridge.frontends.stomp.codec import Event, FrameParser, Limits, decode_headers
+from bridge.frontends.stomp.codec import Event, FrameParser, Limits
 from bridge.frontends.stomp.errors import StompProtocolError
 from bridge.frontends.stomp.frame import (
     CLIENT_COMMANDS,
@@ -13,6 +13,7 @@ from bridge.frontends.stomp.frame import (
     error_frame,
     serialize,
 )
+from bridge.frontends.stomp.headers import decode_headers
 
 __all__ = [
     "CLIENT_COMMANDS",

@@ -1,0 +1,261 @@
+"""The RabbitMQ adapter's connection, its channels, and the one place pika's and the socket's
+errors are translated: what ``adapters.rabbitmq.RabbitMQ`` and its parts build on.
+
+Channels: ``main`` gets, consumes and acks (everything held lives on it); ``confirm`` publishes
+in confirm mode; ``scratch`` declares. Errors on ``confirm``/``scratch`` close only that channel;
+an error on ``main`` or the connection closes the adapter (everything held returns to its queue)
+and the next call raises BrokerUnavailable until ``connect`` is called again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+from structlog.typing import FilteringBoundLogger
+
+from adapters.base import Held, connect_with_retries
+from policies.endpoints import Endpoint
+from policies.errors import BrokerUnavailable
+from policies.reasons import (
+    MQRC_MSG_TOO_BIG_FOR_Q,
+    MQRC_NOT_AUTHORIZED,
+    MQRC_UNEXPECTED_ERROR,
+    MQRC_UNKNOWN_OBJECT_NAME,
+    Reason,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tag:
+    generation: int  # of the channel that delivered it: ``main``'s, or the peek channel's
+    delivery_tag: int
+    peeked: bool = False  # got by a peek, on the peek channel
+
+
+def refusal_reason(reply_code: int, reply_text: str) -> Reason:
+    """The MQRC reason of a channel error the broker closed a publish (or declare) with."""
+    if reply_code == 404:
+        return MQRC_UNKNOWN_OBJECT_NAME
+    if reply_code == 403:
+        return MQRC_NOT_AUTHORIZED
+    if reply_code == 406 and "max size" in reply_text:  # "message size N is larger than max size M"
+        return MQRC_MSG_TOO_BIG_FOR_Q
+    return MQRC_UNEXPECTED_ERROR
+
+
+def _parameters(ep: Endpoint, heartbeat: int, blocked_timeout: float) -> pika.ConnectionParameters:
+    params = pika.ConnectionParameters(
+        host=ep.host,
+        port=ep.port,
+        virtual_host=ep.vhost or "/",
+        credentials=pika.PlainCredentials(ep.user or "guest", ep.password or "guest"),
+        heartbeat=heartbeat,
+        connection_attempts=1,
+        socket_timeout=5.0,
+        blocked_connection_timeout=blocked_timeout,
+        client_properties={"connection_name": "jms-bridge staging"},
+    )
+    if ep.tls:
+        params.ssl_options = _tls(ep)
+    return params
+
+
+def _tls(ep: Endpoint) -> pika.SSLOptions:
+    """amqps://: TLS 1.2 or later, the broker's certificate verified against the named CA file
+    (else the system's) and its host name checked."""
+    ctx = ssl.create_default_context(cafile=ep.ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return pika.SSLOptions(ctx, server_hostname=ep.host)
+
+
+class _Connection:
+    """The connection and its channels; the state is ``RabbitMQ.__init__``'s."""
+
+    name: str
+    endpoint: Endpoint
+    _nodes: list[pika.ConnectionParameters]
+    _params: pika.ConnectionParameters
+    _attempts: int
+    _retry_wait: float
+    _conn: pika.BlockingConnection | None
+    _main: BlockingChannel | None
+    _confirm: BlockingChannel | None
+    _scratch: BlockingChannel | None
+    _tx: BlockingChannel | None
+    _listening: BlockingChannel | None
+    _peeker: BlockingChannel | None
+    _peek_generation: int
+    _returned: list[tuple[str, str, bytes]]
+    _generation: int
+    _declared: set[str]
+    _delivered: list[Held]
+    _holding: dict[int, str]
+    _peek_holding: dict[int, str]
+    _log: FilteringBoundLogger
+
+    def connect(self) -> None:
+        """Open the connection (``connect_attempts`` tries); BrokerUnavailable names the address."""
+        if self._conn is not None and self._conn.is_open:
+            return
+        connect_with_retries(self._connect_once, self._attempts, self._retry_wait)
+
+    def _connect_once(self) -> None:
+        with self._translate(fatal=True):
+            if len(self._nodes) == 1:
+                self._conn = pika.BlockingConnection(self._params)
+            else:
+                at = self._nodes.index(self._params)
+                self._conn = pika.BlockingConnection(self._nodes[at:] + self._nodes[:at])
+                used = getattr(getattr(self._conn, "_impl", None), "params", None)
+                self._params = next(
+                    (p for p in self._nodes if used is not None and
+                     (p.host, p.port) == (used.host, used.port)), self._params)
+            self._main = self._conn.channel()
+        self._generation += 1
+        self._declared.clear()
+        self._delivered.clear()
+        self._holding.clear()
+        self._peek_holding.clear()
+        self._log.debug("connected")
+
+    def close(self) -> None:
+        """Close the connection; the broker returns everything held to its queue."""
+        conn, self._conn = self._conn, None
+        self._main = self._confirm = self._scratch = self._tx = self._listening = None
+        self._peeker = None
+        self._delivered.clear()
+        self._holding.clear()
+        self._peek_holding.clear()
+        if conn is not None and conn.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                conn.close()
+
+    @contextlib.contextmanager
+    def _translate(self, *, fatal: bool = False) -> Iterator[None]:
+        """The one place pika's and the socket's errors become BrokerUnavailable."""
+        try:
+            yield
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            lost = fatal or self._conn is None or not self._conn.is_open or not self._main_open()
+            if lost:
+                self.close()
+            else:
+                self._drop_side_channels()
+            self._log.debug("broker error", error=_describe(exc), connection_lost=lost)
+            raise BrokerUnavailable(f"{self._where()}: {_describe(exc)}") from exc
+
+    def _where(self) -> str:
+        return f"{self.name} AMQP at {self.endpoint}"
+
+    def _main_open(self) -> bool:
+        return self._main is not None and self._main.is_open
+
+    def _drop_side_channels(self) -> None:
+        for attr in ("_confirm", "_scratch", "_tx", "_listening", "_peeker"):
+            ch: BlockingChannel | None = getattr(self, attr)
+            if ch is not None and not ch.is_open:
+                setattr(self, attr, None)
+
+    def _channel(self) -> BlockingChannel:
+        if self._conn is None or not self._conn.is_open or not self._main_open():
+            self.close()
+            raise BrokerUnavailable(f"{self._where()}: not connected")
+        assert self._main is not None
+        return self._main
+
+    def _confirm_channel(self) -> BlockingChannel:
+        self._channel()
+        if self._confirm is None or not self._confirm.is_open:
+            assert self._conn is not None
+            with self._translate():
+                ch = self._conn.channel()
+                ch.confirm_delivery()
+            self._confirm = ch
+        return self._confirm
+
+    def _tx_channel(self) -> BlockingChannel:
+        """A side channel in transaction mode: a batch of puts costs one round trip (the
+        commit) instead of one confirm each. Returned (unroutable) messages are collected."""
+        self._channel()
+        if self._tx is None or not self._tx.is_open:
+            assert self._conn is not None
+            with self._translate():
+                ch = self._conn.channel()
+                ch.tx_select()
+                # pika calls it (channel, method, properties, body); types-pika says otherwise.
+                ch.add_on_return_callback(self._on_return)  # type: ignore[arg-type]
+            self._tx = ch
+            self._returned = []
+        return self._tx
+
+    def _on_return(self, _ch: object, method: Any, _props: object, body: bytes) -> None:
+        self._returned.append((method.exchange, method.routing_key, body))
+
+    def _scratch_channel(self) -> BlockingChannel:
+        self._channel()
+        if self._scratch is None or not self._scratch.is_open:
+            assert self._conn is not None
+            with self._translate():
+                self._scratch = self._conn.channel()
+        return self._scratch
+
+    # -- held messages' channels ---------------------------------------------------------------
+
+    def _live(self, tag: _Tag) -> bool:
+        """Whether the channel that delivered ``tag`` is still the one open."""
+        if tag.peeked:
+            return (tag.generation == self._peek_generation and self._peeker is not None
+                    and self._peeker.is_open)
+        return tag.generation == self._generation
+
+    def _ack_channel(self, tag: _Tag) -> BlockingChannel:
+        """The channel to settle ``tag`` on (it is live), and forget it there."""
+        if tag.peeked:
+            self._peek_holding.pop(tag.delivery_tag, None)
+            assert self._peeker is not None
+            return self._peeker
+        self._holding.pop(tag.delivery_tag, None)
+        return self._channel()
+
+    @staticmethod
+    def _tag(held: Held) -> _Tag:
+        if not isinstance(held.token, _Tag):
+            raise TypeError("not a message held by a RabbitMQ adapter")
+        return held.token
+
+
+def _unflushed(ch: BlockingChannel) -> pika.channel.Channel:
+    """The channel under pika's blocking wrapper, which writes to the socket and polls after
+    every publish and ack (most of a batch's cost). Its methods only queue their frames; the
+    wrapper's next blocking call (tx_commit, process_data_events) writes them all at once."""
+    impl: pika.channel.Channel = ch._impl  # type: ignore[attr-defined]
+    return impl
+
+
+def _close_quietly(ch: BlockingChannel) -> None:
+    with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+        if ch.is_open:
+            ch.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a pika error, naming the innermost cause (pika nests them in args)."""
+    inner: BaseException = exc
+    for _ in range(5):
+        nested = getattr(inner, "exception", None)
+        if not isinstance(nested, BaseException) and inner.args:
+            nested = inner.args[0] if isinstance(inner.args[0], BaseException) else None
+        if nested is None:
+            break
+        inner = nested
+    text = str(inner) or repr(inner)
+    if isinstance(inner, pika.exceptions.ChannelClosed | pika.exceptions.ConnectionClosed):
+        text = f"({inner.reply_code}) {inner.reply_text}"
+    return f"{type(inner).__name__}: {text}"

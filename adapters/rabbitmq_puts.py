@@ -1,0 +1,236 @@
+"""Putting on RabbitMQ: ``settle`` (a batch's puts in one transaction, or a confirmed publish
+each) and ``publish``, with the declare a STOMP SEND to ``/queue/<name>`` makes.
+
+A publish the broker refuses (a channel error such as 404 NOT_FOUND or 403 ACCESS_REFUSED, a
+mandatory publish to a missing queue returned unroutable, a nack) raises PutRefused: it closes at
+most ``confirm``, so everything held on ``main`` stays held, and ``confirm`` is reopened by the
+next publish.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import pika
+import pika.exceptions
+
+from adapters.base import Message, Move
+from adapters.rabbitmq_connection import _Connection, _describe, _unflushed, refusal_reason
+from adapters.rabbitmq_stomp import Route, _routable, amqp_properties, queue_arguments, route
+from policies.errors import BrokerUnavailable, PutRefused
+from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
+
+REFUSING_S = 60.0  # how long a queue that nacked a publish is put to one message at a time
+
+
+class _Puts(_Connection):
+    """``settle`` and ``publish`` of ``adapters.rabbitmq.RabbitMQ``."""
+
+    _refusing: dict[str, float]
+
+    def settle(self, moves: Sequence[Move]) -> None:
+        """Publish every move's message, then ack. A held message from a lost connection stops
+        the whole batch before anything is published (the broker has requeued it already). A
+        refused publish stops it at that move (PutRefused): the moves before it are done, it
+        and the rest stay held (a batch put in one transaction may have put some of the rest
+        already: retrying them can duplicate, never lose). RabbitMQ fails a transaction with a
+        put to a full reject-publish queue ("partial tx completion") after putting the others,
+        so a queue that nacked a put is left out of transactions for REFUSING_S: the engine
+        tries it again and again (message-retry), and only its first refusal can duplicate."""
+        self._channel()
+        for move in moves:
+            if not self._live(self._tag(move.held)):
+                raise BrokerUnavailable(
+                    f"{self._where()}: a held message of {move.held.queue} belongs to a lost "
+                    "connection and is back on its queue"
+                )
+        puts = [m for m in moves if m.destination is not None]
+        if len(puts) > 1 and not self._any_refusing(puts) and self._settle_batch(moves):
+            return
+        self._settle_each(moves)
+
+    def _any_refusing(self, puts: Sequence[Move]) -> bool:
+        if not self._refusing:
+            return False
+        now = time.monotonic()
+        self._refusing = {q: until for q, until in self._refusing.items() if until > now}
+        return any(route(m.destination or "").routing_key in self._refusing for m in puts
+                   if _routable(m.destination))
+
+    def _settle_batch(self, moves: Sequence[Move]) -> bool:
+        """All puts in one transaction, then the acks. False when the batch could not be put
+        that way (a target that refuses its declare, a message pika cannot write, a channel
+        error): nothing acked, do it one by one."""
+        puts: list[tuple[Route, pika.BasicProperties, bytes] | None] = []
+        for move in moves:
+            if move.destination is None:
+                puts.append(None)
+                continue
+            if move.message is None:
+                return False  # _settle_each says what is wrong with it
+            where = route(move.destination)
+            if where.declare and where.routing_key not in self._declared:
+                # Declared on its own first (as a SEND to it would), so that a burst of
+                # releases to a queue not met before still goes in one transaction.
+                try:
+                    self._declare_target(where.routing_key, move.message.headers,
+                                         move.destination)
+                except PutRefused:
+                    return False  # _settle_each says which move it refuses
+            try:
+                puts.append((where, amqp_properties(move.message.headers), move.message.body))
+            except ValueError:
+                return False  # one by one, where that move is refused on its own
+        try:
+            tx = self._tx_channel()
+            self._returned.clear()
+            sent: list[tuple[str, str, bytes] | None] = []
+            publish = _unflushed(tx).basic_publish  # written all at once by tx_commit
+            for put in puts:
+                if put is None:
+                    sent.append(None)
+                    continue
+                where, props, body = put
+                publish(where.exchange, where.routing_key, body, props, mandatory=where.queue)
+                sent.append((where.exchange, where.routing_key, body))
+            tx.tx_commit()
+            assert self._conn is not None
+            self._conn.process_data_events(0)  # returns arrive before commit-ok
+        except BrokerUnavailable:
+            raise
+        except (pika.exceptions.AMQPError, OSError, ValueError):
+            self._drop_side_channels()
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                with self._translate():
+                    raise
+            return False
+        refused = len(moves)
+        for returned in self._returned:
+            refused = min(refused, next(
+                (i for i, key in enumerate(sent) if key == returned), refused))
+        with self._translate():
+            for move in moves[:refused]:
+                tag = self._tag(move.held)
+                _unflushed(self._ack_channel(tag)).basic_ack(tag.delivery_tag, multiple=False)
+            self._conn.process_data_events(0)  # writes the acks
+        if refused < len(moves):
+            move = moves[refused]
+            raise PutRefused(
+                refused, MQRC_UNKNOWN_OBJECT_NAME,
+                f"no queue {route(move.destination or '').routing_key!r} (the broker returned "
+                "the message unroutable)",
+                move.destination or "",
+            )
+        return True
+
+    def _settle_each(self, moves: Sequence[Move]) -> None:
+        """Per move: publish (confirmed), then ack."""
+        for i, move in enumerate(moves):
+            if move.destination is not None:
+                if move.message is None:
+                    raise ValueError("a move with a destination needs a message")
+                try:
+                    self._put(move.destination, move.message)
+                except PutRefused as refused:
+                    raise refused.at(i) from None
+            tag = self._tag(move.held)
+            with self._translate():
+                self._ack_channel(tag).basic_ack(tag.delivery_tag, multiple=False)
+
+    def publish(self, destination: str, message: Message) -> None:
+        self._put(destination, message)
+
+    def _put(self, destination: str, message: Message) -> None:
+        where = route(destination)
+        try:
+            props = amqp_properties(message.headers)
+        except ValueError as bad:
+            # This message cannot be put anywhere as it is: its refusal, not an outage.
+            raise PutRefused(0, MQRC_PROPERTY_VALUE_BAD, str(bad), destination) from None
+        if where.declare and where.routing_key not in self._declared:
+            self._declare_target(where.routing_key, message.headers, destination)
+        try:
+            self._publish(where, props, message.body, destination)
+        except pika.exceptions.UnroutableError:
+            if not where.declare:
+                raise PutRefused(
+                    0, MQRC_UNKNOWN_OBJECT_NAME,
+                    f"no queue {where.routing_key!r} (the broker returned the message "
+                    "unroutable)",
+                    destination,
+                ) from None
+            self._declared.discard(where.routing_key)  # deleted since we declared it
+            self._declare_target(where.routing_key, message.headers, destination)
+            self._publish_or_fail(where, props, message.body, destination)
+
+    def _publish(
+        self, where: Route, props: pika.BasicProperties, body: bytes, destination: str
+    ) -> None:
+        ch = self._confirm_channel()
+        try:
+            ch.basic_publish(
+                where.exchange, where.routing_key, body, props, mandatory=where.queue
+            )
+        except pika.exceptions.UnroutableError:
+            raise
+        except pika.exceptions.NackError:
+            # RabbitMQ nacks a publish to a full queue with overflow reject-publish(-dlx).
+            self._refusing[where.routing_key] = time.monotonic() + REFUSING_S
+            raise PutRefused(
+                0, MQRC_Q_FULL, "the broker nacked the message (a full queue that rejects "
+                "publishes?)", destination,
+            ) from None
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            self._refused(exc, destination)
+        except (pika.exceptions.AMQPError, OSError):
+            with self._translate():
+                raise
+
+    def _refused(self, exc: pika.exceptions.ChannelClosedByBroker, destination: str) -> None:
+        """A side channel closed by the broker over one message: PutRefused while the
+        connection and ``main`` are up, BrokerUnavailable otherwise."""
+        if self._conn is None or not self._conn.is_open or not self._main_open():
+            with self._translate():
+                raise exc
+        self._drop_side_channels()
+        self._log.debug("put refused", destination=destination, error=_describe(exc))
+        raise PutRefused(
+            0, refusal_reason(exc.reply_code, exc.reply_text),
+            f"({exc.reply_code}) {exc.reply_text}", destination,
+        ) from None
+
+    def _publish_or_fail(
+        self, where: Route, props: pika.BasicProperties, body: bytes, destination: str
+    ) -> None:
+        try:
+            self._publish(where, props, body, destination)
+        except pika.exceptions.UnroutableError:
+            raise PutRefused(
+                0, MQRC_UNKNOWN_OBJECT_NAME, "the message was returned unroutable", destination
+            ) from None
+
+    def _declare_target(self, queue: str, headers: Mapping[str, str], destination: str) -> None:
+        """Declare a /queue/ target as the plugin does on SEND (durable, the message's
+        x-arguments, its auto-delete header; never exclusive to this connection). A queue that
+        exists with other arguments is used as it is, where the plugin would refuse the SEND:
+        a release must not fail for a target that is there."""
+        arguments = queue_arguments(headers)
+        auto_delete = headers.get("auto-delete") in ("true", "True")
+        ch = self._scratch_channel()
+        try:
+            ch.queue_declare(queue, durable=True, auto_delete=auto_delete, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code == 403:
+                self._refused(exc, destination)
+            if exc.reply_code != 406:
+                with self._translate():
+                    raise
+            self._scratch = None
+            ch = self._scratch_channel()
+            with self._translate():
+                ch.queue_declare(queue, passive=True)
+        except (pika.exceptions.AMQPError, OSError):
+            with self._translate():
+                raise
+        self._declared.add(queue)

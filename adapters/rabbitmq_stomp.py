@@ -1,0 +1,215 @@
+"""RabbitMQ's STOMP plugin mirrored: STOMP headers <-> AMQP properties, destinations -> routes.
+
+Used by the RabbitMQ adapter (``adapters.rabbitmq``) and the AMQP front-end
+(``bridge.frontends.amqp``).
+
+Headers are mapped to and from AMQP properties the way RabbitMQ's STOMP plugin does it
+(rabbitmq_stomp 3.10: ``rabbit_stomp_util:message_properties/1`` on SEND,
+``message_headers/1`` + ``headers_post_process/1`` on MESSAGE, ``rabbit_stomp_frame``'s
+``integer_header``/``boolean_header``), so a message a STOMP client sent reads here with the
+headers a STOMP subscriber sees, and a message put here reaches a STOMP subscriber with the
+headers it was given:
+
+    STOMP header      AMQP property     on SEND (header -> property)    on MESSAGE (-> header)
+    content-type      content_type      as is                           as is
+    content-encoding  content_encoding  as is                           as is
+    persistent        delivery_mode     "true"/"True" -> 2, else unset  2 -> "true", n -> "n"
+    priority          priority          integer (spaces stripped)       decimal
+    correlation-id    correlation_id    as is                           as is
+    reply-to          reply_to          as is (we drop /reply-queue/)   "/reply-queue/" + v when
+                                                                        v has no dest. prefix
+    expiration        expiration        as is                           as is
+    amqp-message-id   message_id        as is                           as is
+    timestamp         timestamp         integer                         decimal
+    type, user-id,    type, user_id,    as is                           as is
+    app-id            app_id
+    any other header  headers table     longstr                         longstr as is; signedint
+                                                                        and long in decimal;
+                                                                        other types dropped
+    destination       -                 not stored                      the delivery's own
+
+On MESSAGE the plugin writes the headers-table entries before the properties and STOMP
+readers keep the first of repeated headers, so a table entry shadows a property of the same name;
+``stomp_headers`` does the same. The plugin refuses a SEND carrying ``message-id`` and one whose
+priority or timestamp is not an integer; ``amqp_properties`` raises ValueError for those.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+
+from adapters.amqp_types import overlay
+from adapters.base import PER_DELIVERY
+
+# STOMP header -> BasicProperties attribute, in rabbit_stomp_util's order.
+STRING_PROPERTIES = (
+    ("content-type", "content_type"),
+    ("content-encoding", "content_encoding"),
+    ("correlation-id", "correlation_id"),
+    ("reply-to", "reply_to"),
+    ("expiration", "expiration"),
+    ("amqp-message-id", "message_id"),
+    ("type", "type"),
+    ("user-id", "user_id"),
+    ("app-id", "app_id"),
+)
+INTEGER_PROPERTIES = (("priority", "priority", 0xFF), ("timestamp", "timestamp", 2**64 - 1))
+PROPERTY_HEADERS = frozenset(
+    {h for h, _ in STRING_PROPERTIES} | {h for h, _, _ in INTEGER_PROPERTIES} | {"persistent"}
+)
+
+# rabbit_routing_util:dest_prefixes/0: a reply-to without one of these gets REPLY_QUEUE.
+REPLY_QUEUE = "/reply-queue/"
+DEST_PREFIXES = ("/exchange", "/topic", "/queue", "/amq/queue", REPLY_QUEUE)
+
+# rabbit_stomp_util:build_argument/2: SEND to /queue/x declares x with these from the headers.
+LONGSTR_ARGUMENTS = frozenset(
+    {"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-age", "x-queue-type"}
+)
+LONG_ARGUMENTS = frozenset(
+    {
+        "x-expires", "x-max-length", "x-max-length-bytes", "x-max-priority", "x-message-ttl",
+        "x-stream-max-segment-size-bytes",
+    }
+)
+
+_ERLANG_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def amqp_properties(headers: Mapping[str, str]) -> pika.BasicProperties:
+    """The properties the STOMP plugin gives a SEND with these headers. ValueError for a SEND
+    the plugin refuses."""
+    if "message-id" in headers:
+        raise ValueError("'message-id' is not allowed on a message to RabbitMQ")
+    props = pika.BasicProperties()
+    for header, attr in STRING_PROPERTIES:
+        if header in headers:
+            value = headers[header]
+            if len(value.encode()) > 255:
+                # An AMQP short string: pika would send it, and the broker close the connection
+                # (INTERNAL_ERROR, content_properties_shortstr_overflow) over this one message.
+                raise ValueError(f"{header} is longer than 255 bytes ({value[:40]!r}...)")
+            setattr(props, attr, value)
+    if props.reply_to is not None and props.reply_to.startswith(REPLY_QUEUE):
+        # The plugin prefixes a bare reply queue name on the way out; undo it on the way in
+        # so an AMQP consumer still sees the queue name a /temp-queue/ reply-to stored.
+        props.reply_to = props.reply_to[len(REPLY_QUEUE):]
+    for header, attr, top in INTEGER_PROPERTIES:
+        if header in headers:
+            setattr(props, attr, _integer(header, headers[header], top))
+    if headers.get("persistent") in ("true", "True"):
+        props.delivery_mode = 2
+    table: dict[str, Any] = {}
+    for name, value in headers.items():
+        if name in PROPERTY_HEADERS or name in ("destination", "content-length"):
+            continue
+        if len(name.encode()) > 255:
+            raise ValueError(f"header name longer than 255 bytes: {name[:40]}...")
+        table[name] = value
+    props.headers = table or None
+    overlay(props, headers)  # an AMQP message's typed header table, where it carries one
+    return props
+
+
+def _integer(header: str, value: str, top: int) -> int:
+    text = value.strip(" ")
+    if not _ERLANG_INTEGER.fullmatch(text) or not 0 <= int(text) <= top:
+        raise ValueError(f"{header} must be an integer from 0 to {top}, not {value!r}")
+    return int(text)
+
+
+def stomp_headers(props: pika.BasicProperties) -> dict[str, str]:
+    """The message's own headers as a STOMP subscriber of the plugin sees them."""
+    out: dict[str, str] = {}
+    for name, value in (props.headers or {}).items():
+        if isinstance(value, bool):
+            continue  # a boolean field; the plugin drops it
+        if isinstance(value, int):
+            out.setdefault(name, str(value))
+        elif isinstance(value, str):
+            out.setdefault(name, value)
+    for header, attr in STRING_PROPERTIES:
+        value = getattr(props, attr)
+        if value is not None:
+            out.setdefault(header, value)
+    for header, attr, _ in INTEGER_PROPERTIES:
+        if getattr(props, attr) is not None:
+            out.setdefault(header, str(getattr(props, attr)))
+    if props.delivery_mode is not None:
+        mode = props.delivery_mode
+        out.setdefault("persistent", "true" if mode == 2 else str(mode))
+    reply_to = out.get("reply-to")
+    if reply_to is not None and not reply_to.startswith(DEST_PREFIXES):
+        out["reply-to"] = REPLY_QUEUE + reply_to
+    return {n: v for n, v in out.items() if n not in PER_DELIVERY}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a STOMP destination publishes to, as the plugin routes a SEND."""
+
+    exchange: str
+    routing_key: str
+    declare: bool = False  # /queue/x: the plugin declares x durable on SEND
+    queue: bool = False  # a queue must exist: publish mandatory, an unroutable message fails
+
+
+def route(destination: str) -> Route:
+    """rabbit_routing_util:parse_endpoint/1 + parse_routing/1 for a SEND; ValueError for the
+    destinations a staged message cannot target."""
+    if "/" not in destination and destination:
+        return Route("", _unescape(destination), declare=True, queue=True)
+    kind, parts = _split(destination)
+    if kind == "queue" and len(parts) == 1 and parts[0]:
+        return Route("", parts[0], declare=True, queue=True)
+    if kind in ("amq/queue", "reply-queue") and len(parts) == 1 and parts[0]:
+        # /reply-queue/<q>: a STOMP client's temporary reply queue, as a reply-to shows it
+        # (the engine puts reports there).
+        return Route("", parts[0], queue=True)
+    if kind == "topic" and len(parts) == 1 and parts[0]:
+        return Route("amq.topic", parts[0])
+    if kind == "exchange" and len(parts) in (1, 2) and parts[0]:
+        return Route(parts[0], parts[1] if len(parts) == 2 else "")
+    raise ValueError(f"unsupported destination {destination!r}")
+
+
+def _split(destination: str) -> tuple[str, list[str]]:
+    for kind in ("amq/queue", "reply-queue", "queue", "topic", "exchange"):
+        if destination.startswith(f"/{kind}/"):
+            return kind, [_unescape(p) for p in destination[len(kind) + 2:].split("/")]
+    return "", []
+
+
+def _unescape(name: str) -> str:
+    return name.replace("%2F", "/")
+
+
+def queue_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
+    """rabbit_stomp_util:build_arguments/1: the x-arguments a SEND declares its queue with."""
+    args: dict[str, Any] = {}
+    for name, value in headers.items():
+        if name in LONGSTR_ARGUMENTS:
+            args[name] = value.strip()
+        elif name in LONG_ARGUMENTS:
+            text = value.strip()
+            if not _ERLANG_INTEGER.fullmatch(text):
+                raise ValueError(f"{name} must be an integer, not {value!r}")
+            args[name] = int(text)
+    return args
+
+
+def _routable(destination: str | None) -> bool:
+    try:
+        route(destination or "")
+    except ValueError:
+        return False
+    return True
+
+
+def _escape_queue(name: str) -> str:
+    return name.replace("/", "%2F")

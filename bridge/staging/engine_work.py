@@ -1,0 +1,42 @@
+"""The staging engine's unit of work: one move for the adapter's ``settle``, what kind of move
+it is, and what to count, log and answer once the broker has done it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from adapters.base import Move
+from bridge.staging.envelope import Staged
+from bridge.staging.orders import Order
+from policies.reasons import Reason
+
+
+class _Kind(Enum):
+    HOLD = "hold"  # a level head due within the horizon, kept for release
+    HOP = "hop"
+    RELEASE = "release"
+    EXPIRE = "expire"
+    INVALID = "invalid"
+    UNDELIVERABLE = "undeliverable"
+    UNDELIVERED = "undelivered"  # to the undelivered queue (JMS_TIBCO_PRESERVE_UNDELIVERED)
+    DEAD_LETTERED = "dead-lettered"  # to a destination the target's policy names
+    DISCARD = "discard"  # could not be delivered and asked to be discarded (MQRO_DISCARD_MSG)
+    RETRY = "retry"  # refused for a reason that can pass: back on the staging queues
+    KEEP = "keep"  # its dead-letter destination refused it: back on the staging queues
+    CANCEL = "cancel"  # an operator's order: acknowledged, never delivered
+    RELEASE_NOW = "release-now"  # an operator's order: delivered before its due time
+
+
+@dataclass(slots=True)
+class _Work:
+    """One move and what to count and log once the broker has done it."""
+
+    kind: _Kind
+    move: Move
+    staged: Staged | None = None
+    queue: str | None = None  # HOP: the queue entered; INVALID: the queue it was found on
+    error: str | None = None
+    reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
+    order: Order | None = None  # the operator's order this carries out, answered once done
+    count: int = 1  # RETRY: the retry's number; KEEP: times kept
