@@ -28,6 +28,7 @@ from adapters.base import Held, connect_with_retries
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable
 from policies.reasons import (
+    MQRC_HOST_NOT_AVAILABLE,
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,
     MQRC_Q_FULL,
@@ -183,7 +184,11 @@ class _Connection:
         if not listener.connected:
             why = (listener.errors or [listener.lost or "no CONNECTED frame in time"])[0]
             _stop(conn)
-            raise BrokerUnavailable(f"{self._where()}: CONNECT refused: {why}")
+            # ActiveMQ's words for credentials it refuses: "User name [x] or password is
+            # invalid.", or a SecurityException's "not authorized".
+            refused = "password" in str(why) or activemq_reason(str(why)) is MQRC_NOT_AUTHORIZED
+            raise BrokerUnavailable(f"{self._where()}: CONNECT refused: {why}",
+                                    MQRC_NOT_AUTHORIZED if refused else MQRC_HOST_NOT_AVAILABLE)
         self._conn, self._listener = conn, listener
         self._generation += 1
         self._polled = queues.Queue()

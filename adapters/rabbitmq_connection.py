@@ -24,6 +24,7 @@ from adapters.base import Held, connect_with_retries
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable
 from policies.reasons import (
+    MQRC_HOST_NOT_AVAILABLE,
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_NOT_AUTHORIZED,
     MQRC_UNEXPECTED_ERROR,
@@ -149,7 +150,11 @@ class _Connection:
             else:
                 self._drop_side_channels()
             self._log.debug("broker error", error=_describe(exc), connection_lost=lost)
-            raise BrokerUnavailable(f"{self._where()}: {_describe(exc)}") from exc
+            refused = isinstance(exc, pika.exceptions.ProbableAuthenticationError |
+                                 pika.exceptions.ProbableAccessDeniedError)
+            raise BrokerUnavailable(f"{self._where()}: {_describe(exc)}",
+                                    MQRC_NOT_AUTHORIZED if refused else MQRC_HOST_NOT_AVAILABLE,
+                                    ) from exc
 
     def _where(self) -> str:
         return f"{self.name} AMQP at {self.endpoint}"

@@ -16,7 +16,7 @@ calls the library and never escape it. ``str(error)`` is the one line a person r
 
 from __future__ import annotations
 
-from policies.reasons import Reason
+from policies.reasons import MQRC_HOST_NOT_AVAILABLE, Reason
 
 
 class BridgeError(Exception):
@@ -28,13 +28,31 @@ class ConfigError(BridgeError):
 
 
 class BrokerUnavailable(BridgeError):
-    """The broker cannot be reached, refused us, or went away."""
+    """The broker cannot be reached, refused us, or went away. ``reason`` is the MQRC reason a
+    person is told with it: MQRC_HOST_NOT_AVAILABLE unless the adapter knows better (the broker
+    refused our credentials: MQRC_NOT_AUTHORIZED); None where no MQRC reason applies."""
+
+    reason: Reason | None = MQRC_HOST_NOT_AVAILABLE
+
+    def __init__(self, message: str, reason: Reason | None = MQRC_HOST_NOT_AVAILABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def with_reason(self) -> str:
+        """The one line, led by its MQRC reason name and code when it has one."""
+        text = str(self)
+        if self.reason is None or text.startswith(self.reason.name):
+            return text
+        return f"{self.reason.name} ({self.reason.code}): {text}"
 
 
 class StagingQueueMismatch(BrokerUnavailable):
     """The broker refused to declare a staging queue it already has with other arguments
     (classic versus quorum). An engine retries as for an outage (an operator may delete the
     queue); a starting bridge ends naming the queue and the fix."""
+
+    def __init__(self, message: str, reason: Reason | None = None) -> None:
+        super().__init__(message, reason)
 
 
 class ProtocolError(BridgeError):

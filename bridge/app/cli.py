@@ -17,7 +17,7 @@ from bridge.app import dlq, logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
 from bridge.pipeline.options import add_arguments as add_report_arguments
 from bridge.pipeline.options import add_replay_arguments
-from policies.errors import BridgeError, ConfigError
+from policies.errors import BridgeError, BrokerUnavailable, ConfigError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -250,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "replay":
             return _replay(ns, settings)
         return _staged(ns, settings)
+    except BrokerUnavailable as exc:
+        print(f"jms-bridge: {exc.with_reason()}", file=sys.stderr)
+        return EXIT_FAILURE
     except BridgeError as exc:
         print(f"jms-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE

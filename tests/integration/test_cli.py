@@ -86,3 +86,24 @@ def test_listen_port_taken(tmp_path: Path) -> None:
                 "--admin-listen", f"127.0.0.1:{free_port()}")
         )
     assert "stomp-listen" in line and str(port) in line
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "activemq"])
+def test_tools_name_the_mqrc_reason_of_a_broker_they_cannot_use(broker: str) -> None:
+    """Unreachable: MQRC_HOST_NOT_AVAILABLE (2538); credentials refused: MQRC_NOT_AUTHORIZED
+    (2035), each with the broker's own words after it."""
+    from tests.integration.brokers import BROKERS, require
+
+    b = BROKERS[broker]
+    require(b)
+    port = free_port()
+    away = ["--upstream-stomp", f"stomp://{b.user}:{b.password}@127.0.0.1:{port}"]
+    wrong = ["--upstream-stomp", f"stomp://{b.user}:not-{b.password}@{b.stomp_host}:{b.stomp_port}"]
+    if broker == "rabbitmq":
+        away += ["--upstream-amqp", f"amqp://{b.user}:{b.password}@127.0.0.1:{port}/"]
+        wrong += ["--upstream-amqp", f"amqp://{b.user}:not-{b.password}@127.0.0.1:5672/"]
+    line = one_line_error(run("staged", "list", "--broker", broker, *away))
+    assert line.startswith("jms-bridge: MQRC_HOST_NOT_AVAILABLE (2538): "), line
+    assert f"127.0.0.1:{port}" in line
+    line = one_line_error(run("staged", "list", "--broker", broker, *wrong))
+    assert line.startswith("jms-bridge: MQRC_NOT_AUTHORIZED (2035): "), line
