@@ -21,7 +21,7 @@ from adapters import rabbitmq
 from bridge.frontends.amqp import AmqpProtocolError, Framer, ProxyConnection
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER
-from bridge.frontends.amqp.connection import Answer, Forward
+from bridge.frontends.amqp.connection import Answer, Forward, PlainRun
 from bridge.frontends.amqp.framer import Frame as AmqpFrame
 from bridge.frontends.amqp.framer import ProtocolHeader
 from bridge.frontends.amqp.translate import PublishScreen
@@ -208,7 +208,8 @@ def amqp(data: bytes) -> None:
     """A client sends ``data`` after AMQP 0-9-1's protocol header; options in 2 bytes.
 
     byte 0: bit 0 a handshake (Start-Ok, Tune-Ok, Open, Channel.Open 1) goes first, bit 1
-    publishes are offered to the delay interceptor; byte 1: piece size (0: two halves).
+    publishes are offered to the delay interceptor, bit 2 plain publishes take the fast path
+    (``fastpath``: what the relay does); byte 1: piece size (0: two halves).
     """
     if len(data) < 2:
         return
@@ -218,6 +219,8 @@ def amqp(data: bytes) -> None:
     pieces = _amqp_frames(_cuts(stream, step))
     assert whole == pieces, (whole, pieces)
     conn = ProxyConnection(max_body_size=1024)
+    if options & 4:
+        conn.screen_needles = _SCREEN.needles
     for piece in _cuts(stream, step):
         try:
             events = conn.client_data(piece)
@@ -225,7 +228,8 @@ def amqp(data: bytes) -> None:
             assert exc.reply()
             return
         for event in events:
-            assert isinstance(event, AmqpFrame | ProtocolHeader | Message | Forward | Answer)
+            assert isinstance(event, AmqpFrame | ProtocolHeader | Message | Forward | Answer
+                              | PlainRun)
             if type(event) is Message and options & 2:
                 try:
                     replaced = _run(_SCREEN(event, conn))

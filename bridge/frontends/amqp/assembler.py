@@ -114,6 +114,11 @@ class Assembler:
         self._pending: dict[int, _Pending] = {}
 
     @property
+    def idle(self) -> bool:
+        """No message is waiting for more frames."""
+        return not self._pending
+
+    @property
     def held(self) -> int:
         """Body bytes of messages received in part and held until they are complete."""
         return sum(waiting.received for waiting in self._pending.values())

@@ -10,7 +10,9 @@ Events, in the order the bytes must go out:
 - ``Message``: a whole content-bearing method (from the client: a Basic.Publish for the
   interception hook; from the broker, when assembled: a delivery) to forward, or replace;
 - ``Forward(raw)``: bytes the bridge made, going the same way (to the broker for client data);
-- ``Answer(raw)``: bytes the bridge made, going back to whoever sent the data.
+- ``Answer(raw)``: bytes the bridge made, going back to whoever sent the data;
+- ``PlainRun(raw, publishes)``: client publishes nobody needs to see (``fastpath``), to
+  forward unchanged.
 
 A refused publish (``refuse()``, or a body above ``max_body_size``) closes its channel on
 both sides: the client gets Channel.Close with the reason, the broker a Channel.Close of its
@@ -31,6 +33,7 @@ from pamqp import frame as pframe
 from bridge.frontends.amqp.assembler import BROKER_CONTENT, CLIENT_CONTENT, Assembler, Message
 from bridge.frontends.amqp.builders import channel_close, channel_close_ok
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
+from bridge.frontends.amqp.fastpath import plain_run
 from bridge.frontends.amqp.framer import (
     FRAME_METHOD,
     MAX_BODY_SIZE,
@@ -88,6 +91,20 @@ class Forward:
         return f"Forward({self.raw!r})"
 
 
+class PlainRun:
+    """Whole publishes from the client, found on the bytes (``fastpath``) and relayed as they
+    came: ``publishes`` Basic.Publish methods with their content."""
+
+    __slots__ = ("raw", "publishes")
+
+    def __init__(self, raw: bytes, publishes: int) -> None:
+        self.raw = raw
+        self.publishes = publishes
+
+    def __repr__(self) -> str:
+        return f"PlainRun({self.publishes} publishes, {len(self.raw)} bytes)"
+
+
 class Answer:
     """Bytes the bridge made, going back to the side whose data caused them."""
 
@@ -100,7 +117,7 @@ class Answer:
         return f"Answer({self.raw!r})"
 
 
-Event = Frame | ProtocolHeader | Message | Forward | Answer
+Event = Frame | ProtocolHeader | Message | Forward | Answer | PlainRun
 
 
 def credentials(start_ok: object) -> tuple[str | None, str | None]:
@@ -175,6 +192,10 @@ class ProxyConnection:
         # Told of every channel the bridge closes (its frames from the broker are dropped
         # until the broker's Close-Ok): whoever tracks the channel's deliveries forgets them.
         self.on_refused: Callable[[int], None] | None = None
+        # What makes the interception layer look at a publish, as bytes (header-table keys,
+        # destination names): a chunk holding none of them may relay its leading whole
+        # publishes without framing them (``fastpath``). None: every publish is framed.
+        self.screen_needles: tuple[bytes, ...] | None = None
 
     @property
     def client_buffered(self) -> int:
@@ -186,6 +207,24 @@ class ProxyConnection:
     def client_data(self, data: bytes) -> list[Event]:
         """Events for bytes from the client; AmqpProtocolError (with ``events`` set to those
         before the fault) when they break the protocol: send ``error.reply()`` and close."""
+        needles = self.screen_needles
+        if (needles is not None and self.state is State.OPEN and not self._closing
+                and self._client.idle and self._publishes.idle
+                and not any(n in data for n in needles)):
+            done, publishes = plain_run(data, self._client.limit, self.max_body_size,
+                                        self.own_channel)
+            if done:
+                run = PlainRun(data[:done] if done < len(data) else data, publishes)
+                if done == len(data):
+                    return [run]
+                try:
+                    return [run, *self._framed(data[done:])]
+                except AmqpProtocolError as exc:
+                    exc.events = [run, *exc.events]
+                    raise
+        return self._framed(data)
+
+    def _framed(self, data: bytes) -> list[Event]:
         framing: AmqpProtocolError | None = None
         try:
             frames = self._client.feed(data)

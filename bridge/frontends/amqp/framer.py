@@ -200,6 +200,17 @@ class Framer:
         self._limit = min(value, self._cap) if value else self._cap
 
     @property
+    def idle(self) -> bool:
+        """At a frame boundary: past the protocol header, nothing buffered, no error."""
+        return (self._error is None and not self._expect_header and not self._more
+                and self._pos >= len(self._data))
+
+    @property
+    def limit(self) -> int:
+        """The largest frame accepted now, its 8 bytes of overhead included."""
+        return self._limit
+
+    @property
     def buffered(self) -> int:
         """Bytes received and not yet returned as a frame."""
         return len(self._data) - self._pos + self._more_len

@@ -25,7 +25,7 @@ from pamqp import commands
 
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER
-from bridge.frontends.amqp.connection import Answer, Event, Forward, ProxyConnection
+from bridge.frontends.amqp.connection import Answer, Event, Forward, PlainRun, ProxyConnection
 from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
 from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY_SIZE, Frame
@@ -54,6 +54,7 @@ _ids = itertools.count(1)
 
 
 CHANNEL_OPEN_OK = commands.Channel.OpenOk.index
+BASIC_PUBLISH = commands.Basic.Publish.index
 CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
 
 
@@ -177,6 +178,14 @@ class _Link:
         self.conn = ProxyConnection(max_body_size=relay.max_body_size,
                                     assemble_broker=chain is not None,
                                     reserve_channel=chain is not None)
+        # Publishes the hook would not look at are relayed without being framed: with no
+        # hook, all of them; with the chain's screen, those whose bytes hold none of its
+        # needles; another hook sees every publish.
+        hook = relay.hook
+        if hook is None:
+            self.conn.screen_needles = ()
+        elif isinstance(hook, PublishScreen):
+            self.conn.screen_needles = hook.needles
         self.client_r, self.client_w = reader, writer
         self.up_r: asyncio.StreamReader | None = None
         self.up_w: asyncio.StreamWriter | None = None
@@ -347,6 +356,8 @@ class _Link:
                                      else "downstream"] += 1
             elif kind is Message and event.channel != own:  # type: ignore[union-attr]
                 tally[event.method_frame.method_index] += 1  # type: ignore[union-attr]
+            elif kind is PlainRun:
+                tally[BASIC_PUBLISH] += event.publishes  # type: ignore[union-attr]
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""
@@ -356,6 +367,9 @@ class _Link:
         side = self.side
         rewritten = 0
         for event in events:
+            if type(event) is PlainRun:  # publishes nobody needs to see: as they came
+                up.append(event.raw)
+                continue
             if side is not None and type(event) is Frame:
                 found = side.client_frame(event)
                 if found is DROP:

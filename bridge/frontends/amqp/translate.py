@@ -92,6 +92,10 @@ class PublishScreen:
         self._keys = tuple(bytes((len(n.encode()),)) + n.encode() for n in sorted(self.names)
                            if len(n.encode()) < 256)
         self._mentioned = tuple(m.encode() for m in self.mentions)
+        # A chunk of client bytes holding none of these holds no publish this screen would
+        # look at (``fastpath``): a header key's name (a key of 256 bytes or more cannot be
+        # in a table, so it is never met), or a mention.
+        self.needles = tuple(n.encode() for n in sorted(self.names)) + self._mentioned
 
     async def __call__(self, message: Message, conn: ProxyConnection) -> bytes | None:
         header = message.header_frame.raw

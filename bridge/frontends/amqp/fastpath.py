@@ -1,0 +1,78 @@
+"""Runs of plain publishes, found on the bytes and relayed as they came, with no frame objects.
+
+A publisher with confirms sends its publishes back to back: method, content header and body
+frames, message after message, with nothing for the bridge to do unless a publish asks for
+something the interception layer watches (a delay header, a staging queue's name). Framing,
+assembling and screening each of them costs the relay more than all the rest of its work, so
+``ProxyConnection.client_data`` first asks :func:`plain_run` how many leading bytes of a chunk
+are whole publishes it may pass on untouched, and gives only the rest to the framer.
+
+What the run may hold is narrow on purpose; anything else ends it, and the framer, the
+assembler and the screen see that frame as before: frames of exactly the types, channels and
+sizes a publish has (a method frame holding Basic.Publish in its plain layout on a channel
+other than 0 and the bridge's own, a content header of class Basic on the same channel
+announcing at most the largest body allowed, then body frames on that channel adding up to
+exactly that size), each within the frame limit and closed by the frame-end octet. A message
+that does not end in the chunk is left to the framer. The caller checks first that none of the
+screen's needles is anywhere in the chunk, so no publish in a run would have been looked at.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from pamqp import commands
+
+FRAME_END: Final = 0xCE
+_PUBLISH: Final = commands.Basic.Publish.index
+_BASIC: Final = commands.Basic.frame_id
+_HEAD = struct.Struct(">BHI")
+_METHOD_INDEX = struct.Struct(">I")
+_CONTENT = struct.Struct(">HHQ")
+
+
+def plain_run(data: bytes, limit: int, max_body: int, own: int | None) -> tuple[int, int]:
+    """(bytes, publishes): how many leading bytes of ``data`` are whole plain publishes, and
+    how many publishes they are. ``limit`` is the largest frame (its 8 bytes of overhead
+    included), ``max_body`` the largest body, ``own`` the bridge's own channel."""
+    head = _HEAD.unpack_from
+    size_of = len(data)
+    done = count = 0
+    pos = 0
+    while pos + 7 <= size_of:
+        kind, channel, size = head(data, pos)
+        end = pos + size + 8
+        if (kind != 1 or channel == 0 or channel == own or size < 9 or end > size_of
+                or size + 8 > limit or data[end - 1] != FRAME_END
+                or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != _PUBLISH):
+            break
+        exchange = data[pos + 13]
+        if pos + 14 + exchange >= end or size != 9 + exchange + data[pos + 14 + exchange]:
+            break  # not the plain layout: ticket, two short strings, one octet of bits
+        pos = end
+        if pos + 7 > size_of:
+            break
+        kind, on, size = head(data, pos)
+        end = pos + size + 8
+        if (kind != 2 or on != channel or size < 14 or end > size_of or size + 8 > limit
+                or data[end - 1] != FRAME_END):
+            break
+        content_class, _, body_size = _CONTENT.unpack_from(data, pos + 7)
+        if content_class != _BASIC or body_size > max_body:
+            break
+        pos = end
+        got = 0
+        while got < body_size and pos + 7 <= size_of:
+            kind, on, size = head(data, pos)
+            end = pos + size + 8
+            if (kind != 3 or on != channel or end > size_of or size + 8 > limit
+                    or data[end - 1] != FRAME_END):
+                break
+            got += size
+            pos = end
+        if got != body_size:
+            break  # short (the message goes on in the next chunk) or more than announced
+        done = pos
+        count += 1
+    return done, count

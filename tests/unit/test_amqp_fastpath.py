@@ -1,0 +1,141 @@
+"""The publish fast path (``fastpath.plain_run`` in ``ProxyConnection.client_data``) against the
+framed path it shortcuts: on random streams of publishes and other frames, cut into random
+chunks, both must send the broker the same bytes, count the same publishes, offer the screen
+the same publishes, and fail at the same place with the same reply."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import commands
+
+from bridge.frontends.amqp import AmqpProtocolError, Message, ProxyConnection
+from bridge.frontends.amqp.connection import PlainRun
+from bridge.frontends.amqp.fastpath import plain_run
+from tests.unit.amqp_wire import HEADER, HEARTBEAT, body, content_header, method, publish, raw_frame
+
+C = commands.Connection
+HANDSHAKE = (HEADER
+             + method(C.StartOk(client_properties={}, mechanism="PLAIN", response="\0g\0g"))
+             + method(C.TuneOk(channel_max=2047, frame_max=4096, heartbeat=0))
+             + method(C.Open(virtual_host="/")))
+DELAYED = commands.Basic.Properties(headers={"x-delay": 5000})
+
+
+def opened(needles: tuple[bytes, ...] | None, max_body: int = 1 << 20) -> ProxyConnection:
+    conn = ProxyConnection(max_body_size=max_body)
+    conn.client_data(HANDSHAKE + method(commands.Channel.Open(), 1)
+                     + method(commands.Channel.Open(), 2))
+    conn.screen_needles = needles
+    return conn
+
+
+def run(conn: ProxyConnection, chunks: list[bytes]) -> dict[str, Any]:
+    """What the relay does with the events: bytes up, publishes counted, messages screened,
+    and the error that ended it (code, and the bytes sent before it)."""
+    up: list[bytes] = []
+    screened: list[bytes] = []
+    publishes = 0
+    error = None
+    for chunk in chunks:
+        try:
+            events = conn.client_data(chunk)
+        except AmqpProtocolError as exc:
+            events, error = exc.events, exc.reply_code
+        for event in events:
+            if isinstance(event, PlainRun):
+                publishes += event.publishes
+            elif isinstance(event, Message):
+                publishes += 1
+                screened.append(event.raw)
+            up.append(event.raw)
+        if error is not None:
+            break
+    return {"up": b"".join(up), "publishes": publishes, "error": error, "screened": screened}
+
+
+def message(rng: random.Random, channel: int) -> bytes:
+    kind = rng.random()
+    size = rng.choice([0, 1, 100, 4088, 4089, 9000])
+    if kind < 0.75:
+        return publish(channel, bytes([65 + channel]) * size, routing_key=f"q{channel}")
+    if kind < 0.8:
+        return publish(channel, b"later", DELAYED)  # the screen must see it
+    if kind < 0.85:
+        return HEARTBEAT
+    if kind < 0.9:
+        return method(commands.Basic.Ack(delivery_tag=rng.randint(1, 9)), channel)
+    if kind < 0.93:
+        return method(commands.Tx.Select(), channel)
+    if kind < 0.96:  # a publish whose body overruns what its header announced
+        return (method(commands.Basic.Publish(routing_key="q"), channel)
+                + content_header(channel, 3) + body(channel, b"12345"))
+    return raw_frame(1, channel, b"\x00\x3c\x00\x28\x00\x00\x01q", end=0x00)  # bad frame end
+
+
+def chunks_of(data: bytes, rng: random.Random) -> list[bytes]:
+    out, at = [], 0
+    while at < len(data):
+        step = rng.choice([1, 7, 64, 1000, 5000, 50_000])
+        out.append(data[at:at + step])
+        at += step
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), needles=st.sampled_from([(), (b"x-delay",)]))
+def test_fast_and_framed_paths_agree(seed: int, needles: tuple[bytes, ...]) -> None:
+    rng = random.Random(seed)
+    stream = b"".join(message(rng, rng.choice([1, 1, 2])) for _ in range(rng.randint(1, 40)))
+    chunks = chunks_of(stream, rng)
+    framed = run(opened(None), chunks)
+    fast = run(opened(needles), chunks)
+    assert fast["up"] == framed["up"]
+    assert fast["publishes"] == framed["publishes"]
+    assert fast["error"] == framed["error"]
+    if needles:  # every publish the screen asked to see is still offered to it
+        wanted = [m for m in framed["screened"] if b"x-delay" in m]
+        assert [m for m in fast["screened"] if b"x-delay" in m] == wanted
+
+
+def test_a_chunk_of_whole_publishes_is_one_run() -> None:
+    conn = opened(())
+    data = b"".join(publish(1, b"x" * 1024) for _ in range(50))
+    [event] = conn.client_data(data)
+    assert isinstance(event, PlainRun) and event.publishes == 50 and event.raw == data
+
+
+def test_a_needle_anywhere_in_the_chunk_frames_every_publish() -> None:
+    conn = opened((b"x-delay",))
+    data = publish(1, b"plain") + publish(1, b"later", DELAYED)
+    events = conn.client_data(data)
+    assert [type(e) for e in events] == [Message, Message]
+
+
+def test_a_message_cut_by_the_chunk_goes_to_the_framer() -> None:
+    conn = opened(())
+    data = publish(1, b"a" * 10) + publish(1, b"b" * 10)
+    cut = len(data) - 5
+    first = conn.client_data(data[:cut])
+    assert isinstance(first[0], PlainRun) and first[0].publishes == 1
+    assert conn.client_data(data[cut:])[0].raw == publish(1, b"b" * 10)
+
+
+@pytest.mark.parametrize("why", ["own channel", "too large", "not basic"])
+def test_the_run_stops_before_what_it_does_not_know(why: str) -> None:
+    good = publish(1, b"ok")
+    if why == "own channel":
+        bad = publish(7, b"x")
+        done, n = plain_run(good + bad, 4096, 1 << 20, own=7)
+    elif why == "too large":
+        bad = publish(1, b"x" * 100)
+        done, n = plain_run(good + bad, 4096, 50, own=None)
+    else:
+        bad = method(commands.Basic.Publish(routing_key="q"), 1) + content_header(1, 0)
+        bad = bad[:len(bad) - 22] + b"\x00\x3d" + bad[len(bad) - 20:]  # class 61 in the header
+        done, n = plain_run(good + bad, 4096, 1 << 20, own=None)
+    assert (done, n) == (len(good), 1)
