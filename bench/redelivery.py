@@ -158,7 +158,11 @@ def consume(address: tuple[str, int], broker: dict[str, Any], queue: str, count:
                               auto_decode=False, vhost=broker["vhost"])
     listener = Failer(conn, count, fails, delays, by_bridge)
     conn.set_listener("bench", listener)
-    conn.connect(broker["login"], broker["passcode"], wait=True)
+    try:
+        conn.connect(broker["login"], broker["passcode"], wait=True)
+    except stomp.exception.StompException as exc:
+        raise BenchError(f"cannot connect to {address[0]}:{address[1]}: "
+                         f"{listener.error or type(exc).__name__}") from None
     try:
         gc.collect()
         start = time.perf_counter()
@@ -215,6 +219,28 @@ class Bridge(Server):
                 "--staging-prefix", prefix, "--config", str(config)]
         super().__init__("bridge", argv, listen, timeout)
         self.address = ("127.0.0.1", listen)
+        self._ready(timeout)
+
+    def _ready(self, timeout: float) -> None:
+        """Wait for /readyz to say 200: until the broker has answered and the staging queues
+        exist, the bridge answers a CONNECT with MQRC_HOST_NOT_AVAILABLE."""
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/readyz",
+                                            timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BenchError(f"the bridge was not ready within {timeout:.0f} s\n"
+                                 f"{self.output()}")
+            time.sleep(0.1)
 
 
 def policy_delays(patterns: dict[str, Any], dest: str) -> list[int]:
