@@ -88,6 +88,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the bridge exited {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"the bridge was not ready ({url}) after {timeout:.0f} s")
+
+
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -283,17 +301,20 @@ def start(args: argparse.Namespace, staging_prefix: str) -> dict[str, Proc]:
             [sys.executable, "-m", "bridge.frontends.amqp.server", "--listen",
              f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{upstream}"], cwd=ROOT,
             stderr=subprocess.DEVNULL))
+    admin = free_port()
     if "bridge" in args.paths or args.delayed:
         port = free_port()
         procs["bridge"] = Proc("bridge", port, subprocess.Popen(
             [sys.executable, "-m", "bridge.app.cli", "run", "--broker", "rabbitmq",
              "--upstream-stomp", f"stomp://127.0.0.1:{args.stomp_port}",
              "--stomp-listen", f"127.0.0.1:{free_port()}",
-             "--admin-listen", f"127.0.0.1:{free_port()}",
+             "--admin-listen", f"127.0.0.1:{admin}",
              "--amqp-listen", f"127.0.0.1:{port}", "--staging-prefix", staging_prefix,
              "--staging-engine", "off", "--log-level", "warning"], cwd=ROOT))
     for p in procs.values():
         wait_port(p.port, p.proc)
+    if "bridge" in procs:  # until its staging queues exist it refuses AMQP clients (320)
+        wait_ready(f"http://127.0.0.1:{admin}/readyz", procs["bridge"].proc)
     return procs
 
 

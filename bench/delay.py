@@ -167,7 +167,8 @@ class Bridge(Server):
                      "--stomp-listen", f"127.0.0.1:{listen}", "--admin-listen", f"127.0.0.1:{self.admin}",
                      "--log-level", "warning", "--staging-prefix", args.staging_prefix,
                      *(getattr(args, "bridge_arg", None) or [])]
-        super().__init__("bridge", self.argv, listen, args.start_timeout)
+        super().__init__("bridge", self.argv, listen, args.start_timeout,
+                         ready_url=f"http://127.0.0.1:{self.admin}/readyz")
         self.address = ("127.0.0.1", listen)
 
     def metrics(self) -> dict[str, float]:

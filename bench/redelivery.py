@@ -217,30 +217,9 @@ class Bridge(Server):
                 "--stomp-listen", f"127.0.0.1:{listen}",
                 "--admin-listen", f"127.0.0.1:{self.admin}", "--log-level", LOG_LEVEL,
                 "--staging-prefix", prefix, "--config", str(config)]
-        super().__init__("bridge", argv, listen, timeout)
+        super().__init__("bridge", argv, listen, timeout,
+                         ready_url=f"http://127.0.0.1:{self.admin}/readyz")
         self.address = ("127.0.0.1", listen)
-        self._ready(timeout)
-
-    def _ready(self, timeout: float) -> None:
-        """Wait for /readyz to say 200: until the broker has answered and the staging queues
-        exist, the bridge answers a CONNECT with MQRC_HOST_NOT_AVAILABLE."""
-        import urllib.error
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/readyz",
-                                            timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise BenchError(f"the bridge was not ready within {timeout:.0f} s\n"
-                                 f"{self.output()}")
-            time.sleep(0.1)
 
 
 def policy_delays(patterns: dict[str, Any], dest: str) -> list[int]:

@@ -157,10 +157,24 @@ def peak_rss_mb(pid: int) -> float:
     return kib / 1024
 
 
+def _answers_200(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 class Server:
     """A relay or bridge subprocess listening on a STOMP port."""
 
-    def __init__(self, name: str, argv: list[str], port: int, timeout: float = 20.0) -> None:
+    def __init__(self, name: str, argv: list[str], port: int, timeout: float = 20.0,
+                 ready_url: str | None = None) -> None:
+        """``ready_url``: also wait for it to answer 200 (a bridge's /readyz: until the broker
+        has answered and the staging queues exist, it answers a CONNECT with an ERROR)."""
         self.name, self.port = name, port
         self.stderr = tempfile.TemporaryFile()
         try:
@@ -175,7 +189,13 @@ class Server:
                                  f"on 127.0.0.1:{port}\ncommand: {' '.join(argv)}\n{self.output()}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
+                if ready_url is None or _answers_200(ready_url):
+                    return
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BenchError(f"{name} was not ready ({ready_url}) within {timeout:.0f} s"
+                                     f"\n{self.output()}")
+                time.sleep(0.1)
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
@@ -379,7 +399,8 @@ def start_servers(broker_name: str, upstream: tuple[str, int], args: argparse.Na
                 args.bridge_exe, "run", "--broker", broker_name,
                 "--upstream-stomp", f"stomp://{host}:{port}",
                 "--stomp-listen", f"127.0.0.1:{listen}", "--admin-listen", f"127.0.0.1:{admin}",
-                "--log-level", "warning"], listen, args.start_timeout)
+                "--log-level", "warning"], listen, args.start_timeout,
+                ready_url=f"http://127.0.0.1:{admin}/readyz")
     except BenchError:
         for server in servers.values():
             server.stop()
