@@ -89,19 +89,14 @@ def free_port() -> int:
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    import urllib.error
-    import urllib.request
+    from stomp_throughput import answers_200
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"the bridge exited {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
+        if answers_200(url):
+            return
         time.sleep(0.1)
     raise SystemExit(f"the bridge was not ready ({url}) after {timeout:.0f} s")
 

@@ -157,7 +157,8 @@ def peak_rss_mb(pid: int) -> float:
     return kib / 1024
 
 
-def _answers_200(url: str) -> bool:
+def answers_200(url: str) -> bool:
+    """Whether ``url`` answers 200 now (a bridge's /readyz)."""
     import urllib.error
     import urllib.request
 
@@ -189,7 +190,7 @@ class Server:
                                  f"on 127.0.0.1:{port}\ncommand: {' '.join(argv)}\n{self.output()}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                if ready_url is None or _answers_200(ready_url):
+                if ready_url is None or answers_200(ready_url):
                     return
                 if time.monotonic() > deadline:
                     self.stop()

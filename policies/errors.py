@@ -32,8 +32,6 @@ class BrokerUnavailable(BridgeError):
     person is told with it: MQRC_HOST_NOT_AVAILABLE unless the adapter knows better (the broker
     refused our credentials: MQRC_NOT_AUTHORIZED); None where no MQRC reason applies."""
 
-    reason: Reason | None = MQRC_HOST_NOT_AVAILABLE
-
     def __init__(self, message: str, reason: Reason | None = MQRC_HOST_NOT_AVAILABLE) -> None:
         super().__init__(message)
         self.reason = reason

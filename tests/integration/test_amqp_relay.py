@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import struct
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,13 +17,14 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands, encode
+from pamqp import commands
 from pamqp import frame as pframe
 
 from bridge.frontends.amqp import PROTOCOL_HEADER, Message, ProxyConnection, publish_frames
 from bridge.frontends.amqp.server import AmqpRelay
 from policies.errors import Refused
 from policies.reasons import MQRC_EXPIRY_ERROR
+from tests.integration.amqp_raw import handshake, read_frame, recv_exactly
 
 pytestmark = pytest.mark.integration
 
@@ -196,46 +196,6 @@ def test_wrong_password_refused_in_rabbitmq_words(relay: _RelayThread) -> None:
 
 
 # -- raw sockets ----------------------------------------------------------------------------
-
-
-def read_frame(sock: socket.socket) -> tuple[int, Any]:
-    head = recv_exactly(sock, 7)
-    size = struct.unpack(">I", head[3:7])[0]
-    rest = recv_exactly(sock, size + 1)
-    _, channel, value = pframe.unmarshal(head + rest)
-    return channel, value
-
-
-def recv_exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {data!r}")
-        data += chunk
-    return data
-
-
-def handshake(port: int, mechanism: str = "PLAIN") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    sock.sendall(PROTOCOL_HEADER)
-    _, start = read_frame(sock)
-    assert isinstance(start, commands.Connection.Start)
-    if mechanism == "AMQPLAIN":  # a table without its length prefix, as RabbitMQ reads it
-        response = encode.field_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
-    else:
-        response = b"\0guest\0guest"
-    start_ok = commands.Connection.StartOk(
-        client_properties={"product": "raw"}, mechanism=mechanism, response=response.decode()
-    )
-    sock.sendall(pframe.marshal(start_ok, 0))
-    _, tune = read_frame(sock)
-    assert isinstance(tune, commands.Connection.Tune), tune
-    sock.sendall(pframe.marshal(commands.Connection.TuneOk(tune.channel_max, 131072, 0), 0))
-    sock.sendall(pframe.marshal(commands.Connection.Open("/"), 0))
-    _, open_ok = read_frame(sock)
-    assert isinstance(open_ok, commands.Connection.OpenOk), open_ok
-    return sock
 
 
 def test_amqplain_login_reaches_rabbitmq(relay: _RelayThread) -> None:

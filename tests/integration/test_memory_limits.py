@@ -16,6 +16,7 @@ from pamqp import body as body_frame
 from pamqp import commands, header
 from pamqp import frame as pframe
 
+from tests.integration.amqp_raw import handshake, read_frame
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import connect
@@ -115,42 +116,13 @@ def test_past_the_budget_clients_wait_and_nothing_is_lost(small: BridgeProcess,
 
 # -- the AMQP listener shares the budget ------------------------------------------------------
 
-AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
-
-
-def _amqp_frame(sock: socket.socket) -> object:
-    head = _exactly(sock, 7)
-    rest = _exactly(sock, int.from_bytes(head[3:7], "big") + 1)
-    return pframe.unmarshal(head + rest)[2]
-
-
-def _exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {data[:200]!r}")
-        data += chunk
-    return data
-
-
 def _amqp_channel(port: int, broker: Broker) -> socket.socket:
     """A raw AMQP connection through the bridge, channel 1 open in confirm mode."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(AMQP_HEADER)
-    assert isinstance(_amqp_frame(sock), commands.Connection.Start)
-    sock.sendall(pframe.marshal(commands.Connection.StartOk(
-        client_properties={"product": "raw"}, mechanism="PLAIN",
-        response=f"\0{broker.user}\0{broker.password}"), 0))
-    tune = _amqp_frame(sock)
-    assert isinstance(tune, commands.Connection.Tune)
-    sock.sendall(pframe.marshal(commands.Connection.TuneOk(tune.channel_max, 131072, 0), 0)
-                 + pframe.marshal(commands.Connection.Open("/"), 0))
-    assert isinstance(_amqp_frame(sock), commands.Connection.OpenOk)
+    sock = handshake(port, user=broker.user, password=broker.password, timeout=30)
     sock.sendall(pframe.marshal(commands.Channel.Open(), 1))
-    assert isinstance(_amqp_frame(sock), commands.Channel.OpenOk)
+    assert isinstance(read_frame(sock)[1], commands.Channel.OpenOk)
     sock.sendall(pframe.marshal(commands.Confirm.Select(), 1))
-    assert isinstance(_amqp_frame(sock), commands.Confirm.SelectOk)
+    assert isinstance(read_frame(sock)[1], commands.Confirm.SelectOk)
     return sock
 
 
@@ -194,7 +166,7 @@ def test_amqp_publishes_past_the_budget_wait_and_nothing_is_lost(
         for at in range(0, len(data), 32 * 1024):
             sock.sendall(data[at:at + 32 * 1024])
             time.sleep(0.002)  # a slow network: the streams overlap
-        confirms.append(_amqp_frame(sock))
+        confirms.append(read_frame(sock)[1])
         sock.close()
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
