@@ -115,7 +115,8 @@ class DelayInterceptor(Interceptor):
             drop=self._drop,
         )
         if self.sinks:
-            self._tell(Outcome(Kind.STAGED, now, dict(staged)[envelope.MESSAGE_ID], destination,
+            original_id = next(v for n, v in reversed(staged) if n == envelope.MESSAGE_ID)
+            self._tell(Outcome(Kind.STAGED, now, original_id, destination,
                                delayed.due_ms, delayed.expires_ms, queue=queue,
                                size=send.body_size))
         return Rewrite(staging, staged)

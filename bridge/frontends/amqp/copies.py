@@ -19,9 +19,9 @@ from pamqp import frame as pframe
 
 from adapters.rabbitmq_stomp import route
 from bridge.frontends.amqp.assembler import Message
-from bridge.frontends.amqp.builders import channel_close_ok, publish_frames
+from bridge.frontends.amqp.builders import channel_close_ok, content_frames_of
 from bridge.frontends.amqp.framer import Frame
-from bridge.frontends.amqp.translate import properties_of
+from bridge.frontends.amqp.translate import property_values
 from policies.errors import BridgeError
 
 _B = commands.Basic
@@ -109,10 +109,11 @@ class CopyChannel:
         CopyFailed when it does not take it."""
         try:
             where = route(destination)
-            props = properties_of({n: v for n, v in headers.items() if n != "destination"})
+            values = property_values({n: v for n, v in headers.items() if n != "destination"})
             method = _B.Publish(exchange=where.exchange, routing_key=where.routing_key,
                                 mandatory=where.queue)
-            frames = publish_frames(self.number, method, props, body, self._frame_max())
+            frames = pframe.marshal(method, self.number) + content_frames_of(
+                self.number, values, body, self._frame_max())
         except (ValueError, TypeError) as exc:  # a destination or a property it cannot be
             raise CopyFailed(f"{destination}: {exc}") from None
         await self._ensure_open()

@@ -13,6 +13,7 @@ relayed as the bytes that came in.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import pika
@@ -21,7 +22,7 @@ from pamqp import commands
 from adapters import amqp_types
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from bridge.frontends.amqp.assembler import Message
-from bridge.frontends.amqp.builders import content_frames, publish_method
+from bridge.frontends.amqp.builders import content_frames_of, publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
 from bridge.frontends.amqp.framer import plain_publish
 from bridge.intercept.chain import Chain
@@ -59,21 +60,17 @@ def headers_of(properties: commands.Basic.Properties) -> dict[str, str]:
     return stomp_headers(pika.BasicProperties(**values))
 
 
-def properties_of(headers: dict[str, str]) -> commands.Basic.Properties:
-    """The AMQP properties RabbitMQ's plugin gives a SEND with these headers."""
+def property_values(headers: Mapping[str, str]) -> list[Any]:
+    """The AMQP properties RabbitMQ's plugin gives a SEND with these headers, as
+    ``builders.header_frame`` writes them (Basic's 14, in wire order). ValueError for a SEND
+    the plugin refuses."""
     props = amqp_properties(headers)
-    values: dict[str, Any] = {}
-    for name in _PROPERTY_NAMES:
-        value = getattr(props, _PIKA_NAMES.get(name, name), None)
-        if value is None:
-            continue
-        if name == "timestamp":
-            value = dt.datetime.fromtimestamp(int(value), dt.UTC)
-        elif name == "delivery_mode" and value not in (1, 2):
-            # RabbitMQ takes any octet here and persists only 2; pamqp refuses to write others
-            value = 1
-        values[name] = value
-    return commands.Basic.Properties(**values)
+    mode = props.delivery_mode
+    if mode is not None and mode not in (1, 2):
+        mode = 1  # RabbitMQ takes any octet here and persists only 2
+    return [props.content_type, props.content_encoding, props.headers, mode, props.priority,
+            props.correlation_id, props.reply_to, props.expiration, props.message_id,
+            props.timestamp, props.type, props.user_id, props.app_id, None]
 
 
 class PublishScreen:
@@ -129,8 +126,8 @@ class PublishScreen:
         staged = dict(decision.headers)  # first wins was applied when they were made
         where = route(decision.destination)
         method = publish_method(message.channel, where.exchange, where.routing_key, mandatory)
-        return method + content_frames(message.channel, properties_of(staged), message.body,
-                                       conn.frame_max)
+        return method + content_frames_of(message.channel, property_values(staged),
+                                          message.body, conn.frame_max)
 
 
 def publish_fields(message: Message) -> tuple[str, str, bool]:
