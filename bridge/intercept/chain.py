@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from bridge.intercept.decisions import RELAY, Decision
 from bridge.intercept.views import Delivery, Send, Settle, Subscribe
@@ -25,6 +26,11 @@ class Interest:
     subscribes: bool = False
     deliveries: bool = False
     settlements: bool = False
+    # What a delivery decision may depend on besides the ``redelivered`` flag: these headers.
+    # An interceptor that wants deliveries decides the same for every delivery that is not
+    # redelivered and carries none of them, so a front-end may take that decision once
+    # (``Chain.plain_delivery``) and apply it to such deliveries without a view of each.
+    delivery_headers: frozenset[str] = frozenset()
 
     def __or__(self, other: Interest) -> Interest:
         return Interest(
@@ -33,6 +39,7 @@ class Interest:
             self.subscribes or other.subscribes,
             self.deliveries or other.deliveries,
             self.settlements or other.settlements,
+            self.delivery_headers | other.delivery_headers,
         )
 
     @property
@@ -94,9 +101,19 @@ class Chain(Interceptor):
                 return decision
         return RELAY
 
+    def plain_delivery(self) -> Decision:
+        """The decision for any delivery that is not redelivered and carries none of the
+        interest's ``delivery_headers`` (see ``Interest``)."""
+        return self.on_delivery(_PLAIN_DELIVERY)
+
     def on_settle(self, settle: Settle) -> Decision:
         for icpt in self._settlements:
             decision = icpt.on_settle(settle)
             if decision is not RELAY:
                 return decision
         return RELAY
+
+
+
+# Any delivery that is not redelivered and has none of the headers its interceptors name.
+_PLAIN_DELIVERY = Delivery("", "", "", MappingProxyType({"redelivered": "false"}), 0, False)

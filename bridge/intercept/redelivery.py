@@ -65,7 +65,9 @@ jms_destination = envelope.jms_destination
 
 
 class RedeliveryInterceptor(Interceptor):
-    interest = Interest(deliveries=True, settlements=True)
+    # A delivery's count comes from these headers and the redelivered flag (delivery_count).
+    interest = Interest(deliveries=True, settlements=True,
+                        delivery_headers=frozenset({envelope.DELIVERY_COUNT, "x-delivery-count"}))
 
     def __init__(
         self,

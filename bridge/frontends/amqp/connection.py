@@ -12,7 +12,9 @@ Events, in the order the bytes must go out:
 - ``Forward(raw)``: bytes the bridge made, going the same way (to the broker for client data);
 - ``Answer(raw)``: bytes the bridge made, going back to whoever sent the data;
 - ``PlainRun(raw, publishes)``: client publishes nobody needs to see (``fastpath``), to
-  forward unchanged.
+  forward unchanged;
+- ``DeliveryRun(raw, deliveries)``: plain deliveries from the broker (``fastpath``), for the
+  consumer side to stamp and remember.
 
 A refused publish (``refuse()``, or a body above ``max_body_size``) closes its channel on
 both sides: the client gets Channel.Close with the reason, the broker a Channel.Close of its
@@ -33,7 +35,7 @@ from pamqp import frame as pframe
 from bridge.frontends.amqp.assembler import BROKER_CONTENT, CLIENT_CONTENT, Assembler, Message
 from bridge.frontends.amqp.builders import channel_close, channel_close_ok
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
-from bridge.frontends.amqp.fastpath import plain_run
+from bridge.frontends.amqp.fastpath import Found, delivery_run, plain_run
 from bridge.frontends.amqp.framer import (
     FRAME_METHOD,
     MAX_BODY_SIZE,
@@ -105,6 +107,20 @@ class PlainRun:
         return f"PlainRun({self.publishes} publishes, {len(self.raw)} bytes)"
 
 
+class DeliveryRun:
+    """Whole plain deliveries from the broker, found on the bytes (``fastpath.delivery_run``):
+    ``deliveries`` holds each one's offsets in ``raw`` and its fields."""
+
+    __slots__ = ("raw", "deliveries")
+
+    def __init__(self, raw: bytes, deliveries: list[Found]) -> None:
+        self.raw = raw
+        self.deliveries = deliveries
+
+    def __repr__(self) -> str:
+        return f"DeliveryRun({len(self.deliveries)} deliveries, {len(self.raw)} bytes)"
+
+
 class Answer:
     """Bytes the bridge made, going back to the side whose data caused them."""
 
@@ -117,7 +133,7 @@ class Answer:
         return f"Answer({self.raw!r})"
 
 
-Event = Frame | ProtocolHeader | Message | Forward | Answer | PlainRun
+Event = Frame | ProtocolHeader | Message | Forward | Answer | PlainRun | DeliveryRun
 
 
 def credentials(start_ok: object) -> tuple[str | None, str | None]:
@@ -196,6 +212,10 @@ class ProxyConnection:
         # destination names): a chunk holding none of them may relay its leading whole
         # publishes without framing them (``fastpath``). None: every publish is framed.
         self.screen_needles: tuple[bytes, ...] | None = None
+        # The same for deliveries (with ``assemble_broker``): a chunk from the broker holding
+        # none of these may give its leading plain deliveries as a ``DeliveryRun``.
+        self.delivery_needles: tuple[bytes, ...] | None = None
+        self._tail = b""  # the start of a plain delivery cut short by the end of a chunk
 
     @property
     def client_buffered(self) -> int:
@@ -351,6 +371,27 @@ class ProxyConnection:
     # -- broker -> client -------------------------------------------------------------------
     def broker_data(self, data: bytes) -> list[Event]:
         """Events for bytes from the broker (trusted: only its framing is checked)."""
+        needles = self.delivery_needles
+        if (needles is not None and self.state is State.OPEN and not self._closing
+                and self._deliveries is not None and self._deliveries.idle
+                and self._broker.idle):
+            if self._tail:
+                data, self._tail = self._tail + data, b""
+            if not any(n in data for n in needles):
+                done, found, short = delivery_run(data, self.own_channel)
+                out: list[Event] = []
+                if done:
+                    out.append(DeliveryRun(data[:done] if done < len(data) else data, found))
+                if short:  # the rest begins a plain delivery: wait for the rest of it here,
+                    self._tail = data[done:]  # so that the framer is still idle then
+                    return out
+                if done:
+                    return out + self._broker_framed(data[done:]) if done < len(data) else out
+        elif self._tail:
+            data, self._tail = self._tail + data, b""
+        return self._broker_framed(data)
+
+    def _broker_framed(self, data: bytes) -> list[Event]:
         out: list[Event] = []
         for frame in self._broker.feed(data):
             assert isinstance(frame, Frame)

@@ -31,7 +31,7 @@ from typing import Any, Final
 from pamqp import commands
 from pamqp import frame as pframe
 
-from bridge.frontends.amqp.assembler import DELIVER, Message
+from bridge.frontends.amqp.assembler import DELIVER, Message, whole_message
 from bridge.frontends.amqp.deliveries import delivery_view
 from bridge.frontends.amqp.framer import Frame
 from bridge.intercept.views import Delivery, Principal, Settle, Settlement
@@ -80,6 +80,37 @@ class Drop:
 DROP: Final = Drop()
 
 
+class Held:
+    """An unsettled delivery: its view and its message. One taken by the fast path
+    (``delivered_plain``) is kept as its bytes, and its view and message made only when a
+    failure asks for them: most deliveries are acknowledged and never need either."""
+
+    __slots__ = ("_view", "_message", "_raw", "_channel", "_queue", "_tag", "_subscription")
+
+    def __init__(self, view: Delivery | None, message: Message | None, raw: bytes = b"",
+                 channel: int = 0, queue: str = "", tag: int = 0, subscription: str = "") -> None:
+        self._view = view
+        self._message = message
+        self._raw = raw
+        self._channel = channel
+        self._queue = queue
+        self._tag = tag
+        self._subscription = subscription
+
+    @property
+    def message(self) -> Message:
+        if self._message is None:
+            self._message = whole_message(self._raw)
+        return self._message
+
+    @property
+    def view(self) -> Delivery:
+        if self._view is None:  # the fast path takes only deliveries not redelivered
+            self._view = delivery_view(self.message, self._channel, self._queue, self._tag,
+                                       False, self._subscription)
+        return self._view
+
+
 @dataclass(slots=True)
 class Failure:
     """Deliveries a client failed, and the client's frames around their settlement."""
@@ -109,8 +140,8 @@ class _Channel:
         self.consuming: deque[tuple[str, bool]] = deque()  # Consume sent, Consume-Ok not yet
         self.getting: deque[tuple[str, bool]] = deque()  # Get sent, no answer yet
         self.last_queue = ""  # what an empty queue name means on this channel
-        # delivery tag -> (view, message), in delivery order
-        self.unacked: dict[int, tuple[Delivery, Message]] = {}
+        # delivery tag -> the delivery, in delivery order
+        self.unacked: dict[int, Held] = {}
         self.tx = False
         self.tx_done: list[int] = []  # acked or rejected in the open transaction
         self.tx_failed: list[int] = []  # nacked with requeue in the open transaction
@@ -169,7 +200,7 @@ class Consumers:
             if chan.tx or not chan.unacked:
                 chan.unacked.clear()  # the broker hands them all out again
                 return None
-            deliveries = tuple(d for d, _ in chan.unacked.values())
+            deliveries = tuple(held.view for held in chan.unacked.values())
             answer = (pframe.marshal(_B.RecoverOk(), channel) if index == RECOVER else b"")
             return Failure(Settle(Settlement.NACK, deliveries, None, principal), relay=raw,
                            answer=answer)
@@ -215,7 +246,7 @@ class Consumers:
             for t in covered:  # the broker's own dead-lettering, or its own error
                 del chan.unacked[t]
             return None
-        deliveries = tuple(chan.unacked[t][0] for t in covered)
+        deliveries = tuple(chan.unacked[t].view for t in covered)
         return Failure(Settle(Settlement.NACK, deliveries, None, principal), relay=raw)
 
     def _commit(self, channel: int, raw: bytes, principal: Principal) -> Failure | None:
@@ -227,7 +258,7 @@ class Consumers:
         chan.tx_done, chan.tx_failed, chan.tx_held = [], [], []
         if not failed:
             return None
-        deliveries = tuple(chan.unacked[t][0] for t in failed)
+        deliveries = tuple(chan.unacked[t].view for t in failed)
         return Failure(Settle(Settlement.NACK, deliveries, str(channel), principal),
                        relay=held + raw, then=raw)
 
@@ -237,7 +268,7 @@ class Consumers:
         chan.tx_done, chan.tx_failed, chan.tx_held = [], [], []
         if not settled:
             return None
-        deliveries = tuple(chan.unacked[t][0] for t in settled)
+        deliveries = tuple(chan.unacked[t].view for t in settled)
         return Failure(Settle(Settlement.ROLLBACK, deliveries, str(channel), principal),
                        relay=raw, before=raw, commit={channel})
 
@@ -249,7 +280,7 @@ class Consumers:
             chan = self._channels.get(channel)
             if chan is None or not chan.unacked:
                 continue
-            deliveries += [d for d, _ in chan.unacked.values()]
+            deliveries += [held.view for held in chan.unacked.values()]
             cancel += [(channel, tag) for tag in chan.consumers]
             chan.tx_done, chan.tx_failed, chan.tx_held = [], [], []
             if chan.tx:
@@ -276,7 +307,7 @@ class Consumers:
         if chan is None:
             return None
         entry = chan.unacked.pop(int(tag), None)
-        return None if entry is None else (int(channel), int(tag), entry[1])
+        return None if entry is None else (int(channel), int(tag), entry.message)
 
     def forget(self, deliveries: tuple[Delivery, ...]) -> None:
         for d in deliveries:
@@ -311,8 +342,19 @@ class Consumers:
         queue, no_ack = found if found is not None else ("", True)
         view = delivery_view(message, channel, queue, tag, bool(raw[pos + 8] & 1), subscription)
         if not no_ack:
-            chan.unacked[tag] = (view, message)
+            chan.unacked[tag] = Held(view, message)
         return view
+
+    def delivered_plain(self, channel: int, consumer: bytes, tag: int, raw: bytes) -> None:
+        """``delivered`` for a delivery of a ``DeliveryRun`` (a Basic.Deliver not redelivered):
+        ``raw`` is all of its frames. Remembered, as its bytes, when it must be settled."""
+        chan = self._channels.get(channel)
+        if chan is None:
+            return  # no Consume seen on the channel: nothing to place it by
+        subscription = consumer.decode("utf-8", "replace")
+        found = chan.consumers.get(subscription)
+        if found is not None and not found[1]:
+            chan.unacked[tag] = Held(None, None, raw, channel, found[0], tag, subscription)
 
     def broker_frame(self, frame: Frame) -> bool:
         """Note a broker method; False when the client must not see it (the answer to the

@@ -1,4 +1,4 @@
-"""Runs of plain publishes, found on the bytes and relayed as they came, with no frame objects.
+"""Runs of plain publishes and plain deliveries, found on the bytes, with no frame objects.
 
 A publisher with confirms sends its publishes back to back: method, content header and body
 frames, message after message, with nothing for the bridge to do unless a publish asks for
@@ -15,6 +15,11 @@ announcing at most the largest body allowed, then body frames on that channel ad
 exactly that size), each within the frame limit and closed by the frame-end octet. A message
 that does not end in the chunk is left to the framer. The caller checks first that none of the
 screen's needles is anywhere in the chunk, so no publish in a run would have been looked at.
+
+The broker's side has the same shortcut for a consumer's deliveries (:func:`delivery_run`):
+Basic.Deliver in its plain layout, not redelivered, with its content, is what a consumer is
+handed message after message, and each needs only its ``JMSXDeliveryCount`` stamped (the same
+for all of them: ``Chain.plain_delivery``) and its tag remembered until it is settled.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from pamqp import commands
 
 FRAME_END: Final = 0xCE
 _PUBLISH: Final = commands.Basic.Publish.index
+_DELIVER: Final = commands.Basic.Deliver.index
 _BASIC: Final = commands.Basic.frame_id
 _HEAD = struct.Struct(">BHI")
 _METHOD_INDEX = struct.Struct(">I")
 _CONTENT = struct.Struct(">HHQ")
+_TAG = struct.Struct(">Q")
 
 
 def plain_run(data: bytes, limit: int, max_body: int, own: int | None) -> tuple[int, int]:
@@ -76,3 +83,76 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None) -> tuple[
         done = pos
         count += 1
     return done, count
+
+
+# One delivery of a run: where its frames start in the chunk (method, content header, body),
+# where it ends, and what the method says (channel, consumer tag, delivery tag).
+Found = tuple[int, int, int, int, int, bytes, int]
+
+
+def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], bool]:
+    """(bytes, deliveries, short): how many leading bytes of ``data`` are whole deliveries of
+    the plain kind (Basic.Deliver with its arguments only, the redelivered bit clear, on a
+    channel other than 0 and ``own``, its content header of class Basic and its body frames
+    adding up to the size announced), each one's offsets and fields, and whether what follows
+    them is such a delivery so far, cut short by the end of ``data``. The broker is trusted to
+    keep within the frame size it agreed; its frames are checked here only for what is read."""
+    head = _HEAD.unpack_from
+    size_of = len(data)
+    found: list[Found] = []
+    pos = done = 0
+    while True:
+        start = pos
+        if pos + 7 > size_of:
+            break
+        kind, channel, size = head(data, pos)
+        end = pos + size + 8
+        if kind != 1 or channel == 0 or channel == own or size < 16:
+            return done, found, False
+        if end > size_of:
+            break
+        if (data[end - 1] != FRAME_END
+                or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != _DELIVER):
+            return done, found, False
+        at = pos + 12 + data[pos + 11]  # past the consumer tag
+        if at + 11 > end:
+            return done, found, False
+        exchange_at = at + 9
+        key_at = exchange_at + 1 + data[exchange_at]
+        if (data[at + 8] & 1 or key_at >= end - 1
+                or key_at + 1 + data[key_at] != end - 1):
+            return done, found, False  # redelivered, or not the plain layout
+        consumer = data[pos + 12:at]
+        tag = _TAG.unpack_from(data, at)[0]
+        header_at = pos = end
+        if pos + 7 > size_of:
+            break
+        kind, on, size = head(data, pos)
+        end = pos + size + 8
+        if kind != 2 or on != channel or size < 14:
+            return done, found, False
+        if end > size_of:
+            break
+        content_class, _, body_size = _CONTENT.unpack_from(data, pos + 7)
+        if data[end - 1] != FRAME_END or content_class != _BASIC:
+            return done, found, False
+        body_at = pos = end
+        got = 0
+        while got < body_size:
+            if pos + 7 > size_of:
+                break
+            kind, on, size = head(data, pos)
+            end = pos + size + 8
+            if kind != 3 or on != channel or got + size > body_size:
+                return done, found, False
+            if end > size_of:
+                break
+            if data[end - 1] != FRAME_END:
+                return done, found, False
+            got += size
+            pos = end
+        if got != body_size:
+            break
+        done = pos
+        found.append((start, header_at, body_at, pos, channel, consumer, tag))
+    return done, found, start < size_of

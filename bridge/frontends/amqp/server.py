@@ -25,7 +25,14 @@ from pamqp import commands
 
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER
-from bridge.frontends.amqp.connection import Answer, Event, Forward, PlainRun, ProxyConnection
+from bridge.frontends.amqp.connection import (
+    Answer,
+    DeliveryRun,
+    Event,
+    Forward,
+    PlainRun,
+    ProxyConnection,
+)
 from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
 from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY_SIZE, Frame
@@ -55,6 +62,7 @@ _ids = itertools.count(1)
 
 CHANNEL_OPEN_OK = commands.Channel.OpenOk.index
 BASIC_PUBLISH = commands.Basic.Publish.index
+BASIC_DELIVER = commands.Basic.Deliver.index
 CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
 
 
@@ -358,6 +366,8 @@ class _Link:
                 tally[event.method_frame.method_index] += 1  # type: ignore[union-attr]
             elif kind is PlainRun:
                 tally[BASIC_PUBLISH] += event.publishes  # type: ignore[union-attr]
+            elif kind is DeliveryRun:
+                tally[BASIC_DELIVER] += len(event.deliveries)  # type: ignore[union-attr]
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""

@@ -24,7 +24,7 @@ from pamqp import commands
 from pamqp import frame as pframe
 
 from bridge.frontends.amqp.assembler import DELIVER, GET_OK, Message
-from bridge.frontends.amqp.connection import Event, ProxyConnection
+from bridge.frontends.amqp.connection import DeliveryRun, Event, ProxyConnection
 from bridge.frontends.amqp.consumers import (
     BROKER_METHODS,
     CLIENT_METHODS,
@@ -38,7 +38,12 @@ from bridge.frontends.amqp.consumers import (
     Failure,
 )
 from bridge.frontends.amqp.copies import CopyChannel, CopyFailed
-from bridge.frontends.amqp.deliveries import delivery_fields, delivery_view, stamped
+from bridge.frontends.amqp.deliveries import (
+    delivery_fields,
+    delivery_view,
+    stamped,
+    stamped_header,
+)
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
 from bridge.frontends.stats import RelayStats
@@ -70,6 +75,15 @@ class ConsumerSide:
         self.settles = interest.settlements
         self.consumers = Consumers()
         conn.on_refused = self.consumers.drop  # the broker takes the channel's deliveries back
+        # Deliveries not redelivered and carrying none of the headers the chain names get
+        # its one decision for them, found once; the connection gives them as a DeliveryRun.
+        self._plain_stamp: tuple[tuple[str, str], ...] | None = None
+        plain = chain.plain_delivery() if self.stamps else RELAY
+        if isinstance(plain, Stamp):
+            self._plain_stamp = plain.headers
+        if plain is RELAY or isinstance(plain, Stamp):
+            conn.delivery_needles = tuple(
+                n.encode() for n in sorted(interest.delivery_headers) if len(n.encode()) < 256)
         self.copies: CopyChannel | None = None
         self._write: Callable[[bytes], None] | None = None
 
@@ -211,6 +225,8 @@ class ConsumerSide:
         """What goes to the client for one broker event (None: nothing); the bridge's channel
         and the answers to its own frames stay here."""
         own = self.conn.own_channel
+        if type(event) is DeliveryRun:
+            return self._run(event)
         if type(event) is Message:
             if event.channel == own:
                 self._own(event)
@@ -248,6 +264,25 @@ class ConsumerSide:
         if isinstance(decision, Stamp):
             return stamped(message, decision.headers)
         return message.raw
+
+    def _run(self, run: DeliveryRun) -> bytes:
+        """A run of plain deliveries: each remembered (when it must be settled) and stamped
+        with the chain's decision for plain deliveries, the rest of its bytes as they came."""
+        raw = run.raw
+        track = self.consumers.delivered_plain if self.settles else None
+        stamp = self._plain_stamp
+        if stamp is None:
+            if track is not None:
+                for start, _, _, end, channel, consumer, tag in run.deliveries:
+                    track(channel, consumer, tag, raw[start:end])
+            return raw
+        parts: list[bytes] = []
+        for start, header_at, body_at, end, channel, consumer, tag in run.deliveries:
+            if track is not None:
+                track(channel, consumer, tag, raw[start:end])
+            parts += (raw[start:header_at], stamped_header(raw[header_at:body_at], stamp),
+                      raw[body_at:end])
+        return b"".join(parts)
 
     def broker_lost(self, why: str) -> None:
         if self.copies is not None:
