@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from bridge.frontends.amqp import AmqpProtocolError, Message, ProxyConnection
-from bridge.frontends.amqp.connection import PlainRun
+from bridge.frontends.amqp.builders import publish_frames
+from bridge.frontends.amqp.connection import TAIL_MAX, PlainRun
 from bridge.frontends.amqp.fastpath import plain_run
 from tests.unit.amqp_wire import HEADER, HEARTBEAT, body, content_header, method, publish, raw_frame
 
@@ -116,13 +117,28 @@ def test_a_needle_anywhere_in_the_chunk_frames_every_publish() -> None:
     assert [type(e) for e in events] == [Message, Message]
 
 
-def test_a_message_cut_by_the_chunk_goes_to_the_framer() -> None:
+def test_a_message_cut_by_the_chunk_waits_for_its_rest_and_is_counted_as_held() -> None:
     conn = opened(())
     data = publish(1, b"a" * 10) + publish(1, b"b" * 10)
     cut = len(data) - 5
-    first = conn.client_data(data[:cut])
-    assert isinstance(first[0], PlainRun) and first[0].publishes == 1
-    assert conn.client_data(data[cut:])[0].raw == publish(1, b"b" * 10)
+    [first] = conn.client_data(data[:cut])
+    assert isinstance(first, PlainRun) and first.publishes == 1
+    assert conn.client_buffered == cut - len(first.raw)
+    [second] = conn.client_data(data[cut:])
+    assert isinstance(second, PlainRun) and second.raw == publish(1, b"b" * 10)
+    assert conn.client_buffered == 0
+
+
+def test_a_large_message_cut_by_the_chunks_goes_to_the_framer() -> None:
+    """Held whole, it would be copied again with every chunk: one of more than TAIL_MAX bytes
+    is left to the framer, which keeps its frames as they come."""
+    conn = opened(())
+    one = publish_frames(1, commands.Basic.Publish(routing_key="q"), commands.Basic.Properties(),
+                         b"z" * (3 * TAIL_MAX), 4096)
+    big = one + one
+    events = [e for at in range(0, len(big), 65536) for e in conn.client_data(big[at:at + 65536])]
+    assert [type(e) for e in events] == [Message, Message]
+    assert b"".join(e.raw for e in events) == big
 
 
 @pytest.mark.parametrize("why", ["own channel", "too large", "not basic"])
@@ -130,12 +146,12 @@ def test_the_run_stops_before_what_it_does_not_know(why: str) -> None:
     good = publish(1, b"ok")
     if why == "own channel":
         bad = publish(7, b"x")
-        done, n = plain_run(good + bad, 4096, 1 << 20, own=7)
+        done, n, _ = plain_run(good + bad, 4096, 1 << 20, own=7)
     elif why == "too large":
         bad = publish(1, b"x" * 100)
-        done, n = plain_run(good + bad, 4096, 50, own=None)
+        done, n, _ = plain_run(good + bad, 4096, 50, own=None)
     else:
         bad = method(commands.Basic.Publish(routing_key="q"), 1) + content_header(1, 0)
         bad = bad[:len(bad) - 22] + b"\x00\x3d" + bad[len(bad) - 20:]  # class 61 in the header
-        done, n = plain_run(good + bad, 4096, 1 << 20, own=None)
+        done, n, _ = plain_run(good + bad, 4096, 1 << 20, own=None)
     assert (done, n) == (len(good), 1)

@@ -77,6 +77,9 @@ CLIENT_TRANSITIONS: Final[dict[tuple[State, int], State]] = {
     (State.CLOSING, CLOSE): State.CLOSING,
     (State.CLOSING, CLOSE_OK): State.CLOSED,
 }
+# The most of a message the fast paths (``fastpath``) hold while they wait for its rest: a
+# larger one goes to the framer, which keeps its frames without copying them again and again.
+TAIL_MAX: Final = 256 * 1024
 # The broker's Connection methods that move the state (any state not CLOSED).
 BROKER_TRANSITIONS: Final[dict[int, State]] = {CLOSE: State.CLOSING, CLOSE_OK: State.CLOSED}
 
@@ -215,13 +218,16 @@ class ProxyConnection:
         # The same for deliveries (with ``assemble_broker``): a chunk from the broker holding
         # none of these may give its leading plain deliveries as a ``DeliveryRun``.
         self.delivery_needles: tuple[bytes, ...] | None = None
-        self._tail = b""  # the start of a plain delivery cut short by the end of a chunk
+        # The start of a plain publish (delivery) cut short by the end of a chunk.
+        self._client_tail = b""
+        self._broker_tail = b""
 
     @property
     def client_buffered(self) -> int:
-        """Bytes of the client's held until they are complete: a frame's, and the bodies of
-        messages received in part (what ``--max-buffered-bytes`` counts)."""
-        return self._client.buffered + self._publishes.held
+        """Bytes of the client's held until they are complete: a frame's, the bodies of
+        messages received in part, and a publish the fast path waits for the rest of (what
+        ``--max-buffered-bytes`` counts)."""
+        return self._client.buffered + self._publishes.held + len(self._client_tail)
 
     # -- client -> broker -------------------------------------------------------------------
     def client_data(self, data: bytes) -> list[Event]:
@@ -229,19 +235,28 @@ class ProxyConnection:
         before the fault) when they break the protocol: send ``error.reply()`` and close."""
         needles = self.screen_needles
         if (needles is not None and self.state is State.OPEN and not self._closing
-                and self._client.idle and self._publishes.idle
-                and not any(n in data for n in needles)):
-            done, publishes = plain_run(data, self._client.limit, self.max_body_size,
-                                        self.own_channel)
-            if done:
-                run = PlainRun(data[:done] if done < len(data) else data, publishes)
-                if done == len(data):
-                    return [run]
-                try:
-                    return [run, *self._framed(data[done:])]
-                except AmqpProtocolError as exc:
-                    exc.events = [run, *exc.events]
-                    raise
+                and self._client.idle and self._publishes.idle):
+            if self._client_tail:
+                data, self._client_tail = self._client_tail + data, b""
+            if not any(n in data for n in needles):
+                done, publishes, short = plain_run(data, self._client.limit,
+                                                   self.max_body_size, self.own_channel)
+                out: list[Event] = []
+                if done:
+                    out.append(PlainRun(data[:done] if done < len(data) else data, publishes))
+                if short and len(data) - done <= TAIL_MAX:  # the rest begins a plain publish:
+                    self._client_tail = data[done:]  # its rest is waited for here, so that the
+                    return out  # framer is still idle then
+                if done:
+                    if done == len(data):
+                        return out
+                    try:
+                        return [*out, *self._framed(data[done:])]
+                    except AmqpProtocolError as exc:
+                        exc.events = [*out, *exc.events]
+                        raise
+        elif self._client_tail:
+            data, self._client_tail = self._client_tail + data, b""
         return self._framed(data)
 
     def _framed(self, data: bytes) -> list[Event]:
@@ -375,20 +390,20 @@ class ProxyConnection:
         if (needles is not None and self.state is State.OPEN and not self._closing
                 and self._deliveries is not None and self._deliveries.idle
                 and self._broker.idle):
-            if self._tail:
-                data, self._tail = self._tail + data, b""
+            if self._broker_tail:
+                data, self._broker_tail = self._broker_tail + data, b""
             if not any(n in data for n in needles):
                 done, found, short = delivery_run(data, self.own_channel)
                 out: list[Event] = []
                 if done:
                     out.append(DeliveryRun(data[:done] if done < len(data) else data, found))
-                if short:  # the rest begins a plain delivery: wait for the rest of it here,
-                    self._tail = data[done:]  # so that the framer is still idle then
+                if short and len(data) - done <= TAIL_MAX:  # the same for a delivery
+                    self._broker_tail = data[done:]
                     return out
                 if done:
                     return out + self._broker_framed(data[done:]) if done < len(data) else out
-        elif self._tail:
-            data, self._tail = self._tail + data, b""
+        elif self._broker_tail:
+            data, self._broker_tail = self._broker_tail + data, b""
         return self._broker_framed(data)
 
     def _broker_framed(self, data: bytes) -> list[Event]:

@@ -39,50 +39,64 @@ _CONTENT = struct.Struct(">HHQ")
 _TAG = struct.Struct(">Q")
 
 
-def plain_run(data: bytes, limit: int, max_body: int, own: int | None) -> tuple[int, int]:
-    """(bytes, publishes): how many leading bytes of ``data`` are whole plain publishes, and
-    how many publishes they are. ``limit`` is the largest frame (its 8 bytes of overhead
-    included), ``max_body`` the largest body, ``own`` the bridge's own channel."""
+def plain_run(data: bytes, limit: int, max_body: int,
+              own: int | None) -> tuple[int, int, bool]:
+    """(bytes, publishes, short): how many leading bytes of ``data`` are whole plain
+    publishes, how many publishes they are, and whether what follows them is such a publish so
+    far, cut short by the end of ``data``. ``limit`` is the largest frame (its 8 bytes of
+    overhead included), ``max_body`` the largest body, ``own`` the bridge's own channel."""
     head = _HEAD.unpack_from
     size_of = len(data)
     done = count = 0
     pos = 0
-    while pos + 7 <= size_of:
+    while True:
+        start = pos
+        if pos + 7 > size_of:
+            break
         kind, channel, size = head(data, pos)
         end = pos + size + 8
-        if (kind != 1 or channel == 0 or channel == own or size < 9 or end > size_of
-                or size + 8 > limit or data[end - 1] != FRAME_END
-                or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != _PUBLISH):
+        if kind != 1 or channel == 0 or channel == own or size < 9 or size + 8 > limit:
+            return done, count, False
+        if end > size_of:
             break
+        if (data[end - 1] != FRAME_END
+                or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != _PUBLISH):
+            return done, count, False
         exchange = data[pos + 13]
         if pos + 14 + exchange >= end or size != 9 + exchange + data[pos + 14 + exchange]:
-            break  # not the plain layout: ticket, two short strings, one octet of bits
+            return done, count, False  # not the plain layout: ticket, two short strings, bits
         pos = end
         if pos + 7 > size_of:
             break
         kind, on, size = head(data, pos)
         end = pos + size + 8
-        if (kind != 2 or on != channel or size < 14 or end > size_of or size + 8 > limit
-                or data[end - 1] != FRAME_END):
+        if kind != 2 or on != channel or size < 14 or size + 8 > limit:
+            return done, count, False
+        if end > size_of:
             break
         content_class, _, body_size = _CONTENT.unpack_from(data, pos + 7)
-        if content_class != _BASIC or body_size > max_body:
-            break
+        if data[end - 1] != FRAME_END or content_class != _BASIC or body_size > max_body:
+            return done, count, False
         pos = end
         got = 0
-        while got < body_size and pos + 7 <= size_of:
+        while got < body_size:
+            if pos + 7 > size_of:
+                break
             kind, on, size = head(data, pos)
             end = pos + size + 8
-            if (kind != 3 or on != channel or end > size_of or size + 8 > limit
-                    or data[end - 1] != FRAME_END):
+            if kind != 3 or on != channel or size + 8 > limit or got + size > body_size:
+                return done, count, False
+            if end > size_of:
                 break
+            if data[end - 1] != FRAME_END:
+                return done, count, False
             got += size
             pos = end
         if got != body_size:
-            break  # short (the message goes on in the next chunk) or more than announced
+            break  # the message goes on in the next chunk
         done = pos
         count += 1
-    return done, count
+    return done, count, start < size_of
 
 
 # One delivery of a run: where its frames start in the chunk (method, content header, body),
