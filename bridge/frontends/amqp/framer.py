@@ -20,6 +20,7 @@ from pamqp import header as pheader
 
 from bridge.frontends.amqp.builders import FRAME_OVERHEAD, PROTOCOL_HEADER
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
+from bridge.frontends.amqp.properties import read_content_header
 from bridge.frontends.amqp.tables import check_method, check_properties
 
 FRAME_METHOD: Final = 1
@@ -124,19 +125,21 @@ class Frame:
 
 
 def _decode(frame: Frame, what: str) -> object:
-    """pamqp's reading of one whole frame, after ``tables`` has checked its bounds (pamqp
-    would loop forever on some). Its errors are translated here, the one edge where pamqp
-    decodes, into 502 SYNTAX_ERROR: pamqp raises many kinds (its own, struct.error,
-    ValueError, IndexError, UnicodeDecodeError) for bytes it cannot read."""
+    """pamqp's reading of one whole frame (a content header's by ``properties``, to pamqp's
+    values), after ``tables`` has checked its bounds (pamqp would loop forever on some). Its
+    errors are translated here, the one edge where a frame is decoded, into 502 SYNTAX_ERROR:
+    pamqp raises many kinds (its own, struct.error, ValueError, IndexError,
+    UnicodeDecodeError) for bytes it cannot read."""
     try:
         if frame.type == FRAME_METHOD:
             method_class = commands.INDEX_MAPPING.get(frame.method_index)
             if method_class is None:
                 raise ValueError("unknown method")
             check_method(method_class, frame.raw[11:-1])
-        else:
-            check_properties(frame.raw[7:-1])
-        return pframe.unmarshal(frame.raw)[2]
+            return pframe.unmarshal(frame.raw)[2]
+        payload = frame.raw[7:-1]
+        check_properties(payload)
+        return read_content_header(payload)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         class_id = method_id = 0
         if frame.type == FRAME_METHOD and len(frame.raw) >= 11:
