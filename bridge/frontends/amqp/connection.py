@@ -35,13 +35,16 @@ from pamqp import frame as pframe
 from bridge.frontends.amqp.assembler import BROKER_CONTENT, CLIENT_CONTENT, Assembler, Message
 from bridge.frontends.amqp.builders import channel_close, channel_close_ok
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
-from bridge.frontends.amqp.fastpath import Found, delivery_run, plain_run
+from bridge.frontends.amqp.fastpath import Found, Screened, delivery_run, plain_run
 from bridge.frontends.amqp.framer import (
+    FRAME_BODY,
+    FRAME_HEADER,
     FRAME_METHOD,
     MAX_BODY_SIZE,
     Frame,
     Framer,
     ProtocolHeader,
+    check_frame,
     method_name,
 )
 
@@ -238,26 +241,51 @@ class ProxyConnection:
                 and self._client.idle and self._publishes.idle):
             if self._client_tail:
                 data, self._client_tail = self._client_tail + data, b""
-            if not any(n in data for n in needles):
-                done, publishes, short = plain_run(data, self._client.limit,
-                                                   self.max_body_size, self.own_channel)
-                out: list[Event] = []
-                if done:
-                    out.append(PlainRun(data[:done] if done < len(data) else data, publishes))
-                if short and len(data) - done <= TAIL_MAX:  # the rest begins a plain publish:
-                    self._client_tail = data[done:]  # its rest is waited for here, so that the
-                    return out  # framer is still idle then
-                if done:
-                    if done == len(data):
-                        return out
-                    try:
-                        return [*out, *self._framed(data[done:])]
-                    except AmqpProtocolError as exc:
-                        exc.events = [*out, *exc.events]
-                        raise
+            present = tuple(n for n in needles if n in data)
+            done, publishes, short, screened = plain_run(
+                data, self._client.limit, self.max_body_size, self.own_channel, present)
+            out = self._run_events(data, done, publishes, screened) if done else []
+            if short and len(data) - done <= TAIL_MAX:  # the rest begins a plain publish:
+                self._client_tail = data[done:]  # its rest is waited for here, so that the
+                return out  # framer is still idle then
+            if done:
+                if done == len(data):
+                    return out
+                try:
+                    return [*out, *self._framed(data[done:])]
+                except AmqpProtocolError as exc:
+                    exc.events = [*out, *exc.events]
+                    raise
         elif self._client_tail:
             data, self._client_tail = self._client_tail + data, b""
         return self._framed(data)
+
+    def _run_events(self, data: bytes, done: int, publishes: int,
+                    screened: list[Screened]) -> list[Event]:
+        """A run's publishes as events: those that hold a needle as Messages (framed from their
+        bytes and checked as the framer checks frames), the ones between as PlainRuns."""
+        if not screened:
+            return [PlainRun(data[:done] if done < len(data) else data, publishes)]
+        out: list[Event] = []
+        at = ordinal = 0
+        for place, start, header_at, bodies, end in screened:
+            if start > at:
+                out.append(PlainRun(data[at:start], place - ordinal))
+            channel = int.from_bytes(data[start + 1:start + 3], "big")
+            frames = [Frame(FRAME_METHOD, channel, data[start:header_at]),
+                      Frame(FRAME_HEADER, channel, data[header_at:bodies[0][0] if bodies else end])]
+            frames += [Frame(FRAME_BODY, channel, data[a:b]) for a, b in bodies]
+            for frame in frames:
+                try:
+                    check_frame(frame)
+                except AmqpProtocolError as exc:
+                    exc.events = out
+                    raise
+            out.append(Message(channel, frames[0], frames[1], frames[2:]))
+            at, ordinal = end, place + 1
+        if done > at:
+            out.append(PlainRun(data[at:done], publishes - ordinal))
+        return out
 
     def _framed(self, data: bytes) -> list[Event]:
         framing: AmqpProtocolError | None = None

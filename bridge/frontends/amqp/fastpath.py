@@ -13,8 +13,13 @@ sizes a publish has (a method frame holding Basic.Publish in its plain layout on
 other than 0 and the bridge's own, a content header of class Basic on the same channel
 announcing at most the largest body allowed, then body frames on that channel adding up to
 exactly that size), each within the frame limit and closed by the frame-end octet. A message
-that does not end in the chunk is left to the framer. The caller checks first that none of the
-screen's needles is anywhere in the chunk, so no publish in a run would have been looked at.
+cut by the end of the chunk is waited for (``ProxyConnection`` holds its start). A publish of
+the run whose method or content header frame holds one of the screen's needles (a delay
+header's name, a staging queue's) is framed from its bytes, checked as the framer checks, and
+offered to the screen; the others are relayed as they came. Their properties are not walked:
+a content header whose properties run out of bounds goes to RabbitMQ as it came, and RabbitMQ
+closes the connection over it, as it does without the bridge (the framer would close it with
+502 SYNTAX_ERROR).
 
 The broker's side has the same shortcut for a consumer's deliveries (:func:`delivery_run`):
 Basic.Deliver in its plain layout, not redelivered, with its content, is what a consumer is
@@ -39,15 +44,25 @@ _CONTENT = struct.Struct(">HHQ")
 _TAG = struct.Struct(">Q")
 
 
-def plain_run(data: bytes, limit: int, max_body: int,
-              own: int | None) -> tuple[int, int, bool]:
-    """(bytes, publishes, short): how many leading bytes of ``data`` are whole plain
-    publishes, how many publishes they are, and whether what follows them is such a publish so
-    far, cut short by the end of ``data``. ``limit`` is the largest frame (its 8 bytes of
-    overhead included), ``max_body`` the largest body, ``own`` the bridge's own channel."""
+# A publish of a run that holds a needle: its place among the run's publishes, where its
+# method, content header and body frames are in the chunk ((start, end) of each body frame),
+# and where it ends.
+Screened = tuple[int, int, int, list[tuple[int, int]], int]
+
+
+def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
+              needles: tuple[bytes, ...] = ()) -> tuple[int, int, bool, list[Screened]]:
+    """(bytes, publishes, short, screened): how many leading bytes of ``data`` are whole
+    publishes of the plain kind, how many publishes they are, whether what follows them is
+    such a publish so far, cut short by the end of ``data``, and which of them hold one of
+    ``needles`` in their method or content header frame (to be framed from their bytes and
+    offered to the screen; the others are relayed as they came). ``limit`` is the largest
+    frame (its 8 bytes of overhead included), ``max_body`` the largest body, ``own`` the
+    bridge's own channel."""
     head = _HEAD.unpack_from
     size_of = len(data)
     done = count = 0
+    screened: list[Screened] = []
     pos = 0
     while True:
         start = pos
@@ -56,47 +71,52 @@ def plain_run(data: bytes, limit: int, max_body: int,
         kind, channel, size = head(data, pos)
         end = pos + size + 8
         if kind != 1 or channel == 0 or channel == own or size < 9 or size + 8 > limit:
-            return done, count, False
+            return done, count, False, screened
         if end > size_of:
             break
         if (data[end - 1] != FRAME_END
                 or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != _PUBLISH):
-            return done, count, False
+            return done, count, False, screened
         exchange = data[pos + 13]
         if pos + 14 + exchange >= end or size != 9 + exchange + data[pos + 14 + exchange]:
-            return done, count, False  # not the plain layout: ticket, two short strings, bits
-        pos = end
+            return done, count, False, screened  # not the plain layout
+        header_at = pos = end
         if pos + 7 > size_of:
             break
         kind, on, size = head(data, pos)
         end = pos + size + 8
         if kind != 2 or on != channel or size < 14 or size + 8 > limit:
-            return done, count, False
+            return done, count, False, screened
         if end > size_of:
             break
         content_class, _, body_size = _CONTENT.unpack_from(data, pos + 7)
         if data[end - 1] != FRAME_END or content_class != _BASIC or body_size > max_body:
-            return done, count, False
-        pos = end
+            return done, count, False, screened
+        header_end = pos = end
         got = 0
+        bodies: list[tuple[int, int]] = []
         while got < body_size:
             if pos + 7 > size_of:
                 break
             kind, on, size = head(data, pos)
             end = pos + size + 8
             if kind != 3 or on != channel or size + 8 > limit or got + size > body_size:
-                return done, count, False
+                return done, count, False, screened
             if end > size_of:
                 break
             if data[end - 1] != FRAME_END:
-                return done, count, False
+                return done, count, False, screened
+            if needles:
+                bodies.append((pos, end))
             got += size
             pos = end
         if got != body_size:
             break  # the message goes on in the next chunk
+        if needles and any(n in data[start:header_end] for n in needles):
+            screened.append((count, start, header_at, bodies, pos))
         done = pos
         count += 1
-    return done, count, start < size_of
+    return done, count, start < size_of, screened
 
 
 # One delivery of a run: where its frames start in the chunk (method, content header, body),

@@ -313,7 +313,7 @@ class Framer:
         frame = Frame(frame_type, channel, data[pos:end])
         self._advance(total)
         if self._validate:
-            _check(frame, size)
+            check_frame(frame)
         return frame
 
     def _advance(self, count: int) -> None:
@@ -324,8 +324,9 @@ class Framer:
             self._pos = 0
 
 
-def _check(frame: Frame, size: int) -> None:
+def check_frame(frame: Frame) -> None:
     """What a frame must be on its own (the assembler checks frames in their sequence)."""
+    size = len(frame.raw) - 8
     if frame.type == FRAME_METHOD:
         if size < 4:
             raise AmqpProtocolError(
