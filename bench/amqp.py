@@ -72,7 +72,8 @@ class Client(Pipe):
         transport.pause_reading()
         asyncio.ensure_future(self.open())
     async def open(self):
-        _, self.peer = await asyncio.get_running_loop().create_connection(Pipe, "127.0.0.1", upstream)
+        loop = asyncio.get_running_loop()
+        _, self.peer = await loop.create_connection(Pipe, "127.0.0.1", upstream)
         self.peer.peer = self
         self.transport.resume_reading()
 async def main():

@@ -1,4 +1,4 @@
-"""Frames parsed per second by bridge.frontends.stomp.FrameParser, to keep the relay's codec cost in view.
+"""Frames parsed per second by bridge.frontends.stomp.FrameParser (the relay's codec cost).
 
 Two typical frames: a client SEND of 1 KiB with 4 headers (validate=True, the client side) and a
 broker MESSAGE of 1 KiB with 8 headers (validate=False, the broker side). Each is fed as 64 KiB

@@ -164,7 +164,8 @@ class Bridge(Server):
         listen, self.admin = free_port(), free_port()
         self.argv = [args.bridge_exe, "run", "--broker", broker_name,
                      "--upstream-stomp", f"stomp://{host}:{port}",
-                     "--stomp-listen", f"127.0.0.1:{listen}", "--admin-listen", f"127.0.0.1:{self.admin}",
+                     "--stomp-listen", f"127.0.0.1:{listen}",
+                     "--admin-listen", f"127.0.0.1:{self.admin}",
                      "--log-level", "warning", "--staging-prefix", args.staging_prefix,
                      *(getattr(args, "bridge_arg", None) or [])]
         super().__init__("bridge", self.argv, listen, args.start_timeout,
@@ -199,7 +200,8 @@ def histogram(before: dict[str, float], after: dict[str, float]) -> dict[str, An
         return after.get(metric, 0.0) - before.get(metric, 0.0)
 
     return {"count": int(count), "mean_ms": total / count * 1000 if count else None,
-            "p50_le_ms": bound_of(0.5) if count else None, "p99_le_ms": bound_of(0.99) if count else None,
+            "p50_le_ms": bound_of(0.5) if count else None,
+            "p99_le_ms": bound_of(0.99) if count else None,
             "max_le_ms": bound_of(1.0) if count else None,
             "staged": int(counter("jms_bridge_staged_total")),
             "released": int(counter("jms_bridge_staging_released_total"))}
@@ -261,7 +263,8 @@ class _Counter(stomp.ConnectionListener):
 
 
 def amq_connect(broker: dict[str, Any], listener: stomp.ConnectionListener) -> Any:
-    conn = stomp.Connection12([parse_address(broker["address"])], heartbeats=(0, 0), auto_decode=False)
+    conn = stomp.Connection12([parse_address(broker["address"])], heartbeats=(0, 0),
+                              auto_decode=False)
     conn.set_listener("bench", listener)
     conn.connect(broker["login"], broker["passcode"], wait=True)
     return conn
@@ -440,7 +443,8 @@ def lateness_run(consume_at: dict[str, Any], send_at: tuple[str, int], send_as: 
         "due_rate_per_s": len(got_due) / due_span if due_span else None,
         "due_peak_per_s": max(per_second.values(), default=0),
         "arrival_rate_per_s": len(got_arrival) / arrival_span if arrival_span else None,
-        "p50_ms": percentile(late, 50), "p99_ms": percentile(late, 99), "max_ms": late[-1] if late else None,
+        "p50_ms": percentile(late, 50), "p99_ms": percentile(late, 99),
+        "max_ms": late[-1] if late else None,
         "min_ms": late[0] if late else None, "mean_ms": statistics.fmean(late) if late else None,
         "early": sum(1 for v in late if v < 0), "errors": errors,
         "p50_ms_by_send_decile": deciles, "paced_per_s": rate,
@@ -545,12 +549,14 @@ def rabbit_ttl_reference(args: argparse.Namespace, delays: list[int], body: byte
         ch.queue_declare(target, durable=True)  # as the STOMP plugin declares /queue/<target>
         for d, q in holding.items():
             ch.queue_declare(q, durable=True, arguments={
-                "x-message-ttl": d, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": target})
+                "x-message-ttl": d, "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": target})
     finally:
         conn.close()
     try:
-        run = lateness_run(BROKERS["rabbitmq"] | {"address": args.rabbitmq}, parse_address(args.rabbitmq),
-                           BROKERS["rabbitmq"], [f"/amq/queue/{holding[d]}" for d in rounded], target,
+        run = lateness_run(BROKERS["rabbitmq"] | {"address": args.rabbitmq},
+                           parse_address(args.rabbitmq), BROKERS["rabbitmq"],
+                           [f"/amq/queue/{holding[d]}" for d in rounded], target,
                            rounded, None, body, args.timeout, rate)
     finally:
         rabbit_delete(args, [target, *holding.values()])
@@ -565,7 +571,8 @@ def activemq_scheduler_reference(args: argparse.Namespace, delays: list[int], bo
         socket.create_connection(address, timeout=3).close()
     except OSError:
         if not args.start_scheduler:
-            raise BenchError(f"the ActiveMQ scheduler instance at {args.scheduler} does not answer; "
+            raise BenchError(f"the ActiveMQ scheduler instance at {args.scheduler} "
+                             f"does not answer; "
                              f"run scripts/brokers up activemq-scheduler") from None
         print("  starting the ActiveMQ scheduler instance: scripts/brokers up activemq-scheduler",
               flush=True)
@@ -585,7 +592,8 @@ def report_a(broker_name: str, label: str, r: dict[str, Any]) -> None:
     print(f"  {broker_name} a. {label}:\n"
           f"      {r['received']}/{r['messages']} received, sent at {fmt(r['send_msgs_per_s'])}/s, "
           f"due {fmt(r['due_rate_per_s'])}/s, arrived {fmt(r['arrival_rate_per_s'])}/s\n"
-          f"      lateness ms: p50 {fmt(r['p50_ms'])}  p99 {fmt(r['p99_ms'])}  max {fmt(r['max_ms'])}  "
+          f"      lateness ms: p50 {fmt(r['p50_ms'])}  p99 {fmt(r['p99_ms'])}  "
+          f"max {fmt(r['max_ms'])}  "
           f"min {fmt(r['min_ms'])}  mean {fmt(r['mean_ms'], '.1f')}  early {r['early']}\n"
           f"      p50 lateness ms by tenth of the sends, first to last: "
           f"{' '.join(fmt(v) for v in r['p50_ms_by_send_decile'])}", flush=True)
@@ -652,7 +660,8 @@ def part_b(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
         out["rss_hwm_after_staging_mb"] = bridge.rss()
         out["rss_after_staging_mb"] = vm_rss_mb(bridge.proc.pid)
         print(f"  {broker_name} b. staged {n:,} in {elapsed:.1f} s ({n / elapsed:,.0f}/s), "
-              f"peak RSS {out['rss_hwm_after_staging_mb']:.1f} MB; engine running {args.b_settle:.0f} s more",
+              f"peak RSS {out['rss_hwm_after_staging_mb']:.1f} MB; "
+              f"engine running {args.b_settle:.0f} s more",
               flush=True)
         time.sleep(args.b_settle)
         out["rss_hwm_after_settle_mb"] = bridge.rss()
@@ -661,18 +670,22 @@ def part_b(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
         h = histogram(before, bridge.metrics())
         out["bridge_staged"], out["bridge_released"] = h["staged"], h["released"]
         if broker_name == "rabbitmq":
-            out["pending_on_broker"] = sum(rabbit_counts(args, staging_queues(args.staging_prefix)).values())
+            out["pending_on_broker"] = sum(
+                rabbit_counts(args, staging_queues(args.staging_prefix)).values())
     finally:
         bridge.stop()
-        out["purged"] = cleanup(broker_name, args, [target] if broker_name == "rabbitmq" else [], state)
+        out["purged"] = cleanup(broker_name, args, [target] if broker_name == "rabbitmq" else [],
+                                state)
     out["errors"] = []
     if out["bridge_staged"] != n:
         out["errors"].append(f"the bridge counted {out['bridge_staged']} staged, not {n}")
     if out.get("pending_on_broker", n) != n:
         out["errors"].append(f"{out['pending_on_broker']} pending on the staging queues, not {n}")
-    print(f"  {broker_name} b. after {args.b_settle:.0f} s: peak RSS {out['rss_hwm_after_settle_mb']:.1f} MB "
+    print(f"  {broker_name} b. after {args.b_settle:.0f} s: "
+          f"peak RSS {out['rss_hwm_after_settle_mb']:.1f} MB "
           f"(RSS now {out['rss_after_settle_mb']:.1f} MB), bridge CPU {out['bridge_cpu_s']:.1f} s, "
-          f"pending on the broker {out.get('pending_on_broker', '-')}, purged {out['purged']:,}", flush=True)
+          f"pending on the broker {out.get('pending_on_broker', '-')}, purged {out['purged']:,}",
+          flush=True)
     return out
 
 
@@ -686,18 +699,20 @@ def part_c(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
     bridge = Bridge(broker_name, args)
     try:
         if args.warmup:
-            windowed_send(bridge.address, broker, f"/queue/{plain_queue}", args.warmup, body, args.window,
-                          args.timeout)
-            windowed_send(bridge.address, broker, f"/queue/{delayed_queue}", args.warmup, body, args.window,
-                          args.timeout, delay=HOUR_MS)
+            windowed_send(bridge.address, broker, f"/queue/{plain_queue}", args.warmup, body,
+                          args.window, args.timeout)
+            windowed_send(bridge.address, broker, f"/queue/{delayed_queue}", args.warmup, body,
+                          args.window, args.timeout, delay=HOUR_MS)
         for rnd in range(args.c_rounds):
             kinds = ["plain", "delayed"] if rnd % 2 == 0 else ["delayed", "plain"]
             for kind in kinds:
                 dest = plain_queue if kind == "plain" else delayed_queue
-                elapsed = windowed_send(bridge.address, broker, f"/queue/{dest}", n, body, args.window,
-                                        args.timeout, delay=HOUR_MS if kind == "delayed" else None)
+                elapsed = windowed_send(bridge.address, broker, f"/queue/{dest}", n, body,
+                                        args.window, args.timeout,
+                                        delay=HOUR_MS if kind == "delayed" else None)
                 rates[kind].append(n / elapsed)
-                print(f"  {broker_name} c. round {rnd + 1} {kind:7} {n / elapsed:>8,.0f} msgs/s", flush=True)
+                print(f"  {broker_name} c. round {rnd + 1} {kind:7} {n / elapsed:>8,.0f} msgs/s",
+                      flush=True)
         peak = bridge.rss()
     finally:
         bridge.stop()
@@ -710,7 +725,8 @@ def part_c(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
             "purged": purged, "errors": []}
 
 
-def cleanup(broker_name: str, args: argparse.Namespace, targets: list[str], state: dict[str, Any]) -> int:
+def cleanup(broker_name: str, args: argparse.Namespace, targets: list[str],
+            state: dict[str, Any]) -> int:
     """After the bridge has stopped: remove the staging queues' messages and the run's targets."""
     if state.get("keep_staged"):
         queues = targets
@@ -736,7 +752,8 @@ def run_broker(broker_name: str, args: argparse.Namespace, state: dict[str, Any]
     left = leftover_staged(broker_name, args)
     if left:
         if args.keep_other_staged:
-            print(f"warning: {broker_name}: the staging queues {args.staging_prefix}.* hold messages "
+            print(f"warning: {broker_name}: the staging queues {args.staging_prefix}.* "
+                  f"hold messages "
                   f"({left}); --keep-other-staged: parts b and c skipped, nothing purged",
                   file=sys.stderr)
             state["keep_staged"] = True
@@ -751,13 +768,15 @@ def run_broker(broker_name: str, args: argparse.Namespace, state: dict[str, Any]
         try:
             wait_quiet(f"{broker_name} part {part}")
             result[part] = PARTS[part](broker_name, args, state)
-        except (BenchError, stomp.exception.StompException, pika.exceptions.AMQPError, OSError) as exc:
+        except (BenchError, stomp.exception.StompException, pika.exceptions.AMQPError,
+                OSError) as exc:
             print(f"error: {broker_name} part {part}: {type(exc).__name__}: {exc}", file=sys.stderr)
             result[part] = {"errors": [f"{type(exc).__name__}: {exc}"]}
             try:  # never leave a part's staged messages behind
                 cleanup(broker_name, args, [], state)
             except Exception as again:  # noqa: BLE001
-                print(f"error: {broker_name}: cleaning up after part {part}: {again}", file=sys.stderr)
+                print(f"error: {broker_name}: cleaning up after part {part}: {again}",
+                      file=sys.stderr)
     return result
 
 
@@ -774,7 +793,8 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, str]]:
         rate = r["due_peak_per_s"] or 0
         rows.append((f"a. p99 lateness <= {GOALS['p99_ms']:g} ms ({how})",
                      f"{fmt(r['p99_ms'])} ms, peak {rate:,.0f}/s",
-                     ("met" if r["p99_ms"] is not None and r["p99_ms"] <= GOALS["p99_ms"] else "NOT met")
+                     ("met" if r["p99_ms"] is not None and r["p99_ms"] <= GOALS["p99_ms"]
+                      else "NOT met")
                      + ("" if rate >= 0.9 * GOALS["release_rate"] else " (peak below 1,000/s)")))
         if r.get("put_p99_ms") is not None:
             ok = r["put_p99_ms"] <= GOALS["p99_ms"] and r["put_early"] == 0 and not r["errors"]
@@ -787,7 +807,8 @@ def goals(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     if "rss_hwm_after_settle_mb" in b:
         rss = max(b["rss_hwm_after_staging_mb"], b["rss_hwm_after_settle_mb"])
         rows.append((f"b. peak RSS <= {GOALS['rss_mb']:g} MB with {b['messages']:,} pending",
-                     f"{rss:.1f} MB", "met" if rss <= GOALS["rss_mb"] and not b["errors"] else "NOT met"))
+                     f"{rss:.1f} MB",
+                     "met" if rss <= GOALS["rss_mb"] and not b["errors"] else "NOT met"))
     else:
         rows.append(("b. peak RSS with 200,000 pending", "-", "not measured"))
     c = result.get("c", {})
@@ -808,20 +829,23 @@ def summarize(broker_name: str, result: dict[str, Any]) -> None:
                                              ("ref. paced", "reference_paced"))
             if key in a and "p50_ms" in a[key]]
     if rows:
-        print(f"  a. {'path':<14}{'received':>8}{'peak/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-              f"{'early':>7}")
+        print(f"  a. {'path':<14}{'received':>8}{'peak/s':>8}{'p50 ms':>9}{'p99 ms':>9}"
+              f"{'max ms':>9}{'early':>7}")
         for name, r in rows:
-            print(f"     {name:<14}{r['received']:>8,}{fmt(r['due_peak_per_s']):>8}{fmt(r['p50_ms']):>9}"
-                  f"{fmt(r['p99_ms']):>9}{fmt(r['max_ms']):>9}{r['early']:>7}"
+            print(f"     {name:<14}{r['received']:>8,}{fmt(r['due_peak_per_s']):>8}"
+                  f"{fmt(r['p50_ms']):>9}{fmt(r['p99_ms']):>9}{fmt(r['max_ms']):>9}{r['early']:>7}"
                   + (f"   ({r['mechanism']})" if "mechanism" in r else ""))
     b = result.get("b", {})
     if "stage_s" in b:
-        print(f"  b. {b['messages']:,} pending ({b['body_bytes']} B, 1 h - 30 d): staged in {b['stage_s']:.1f} s "
-              f"({b['stage_msgs_per_s']:,.0f}/s); peak RSS {b['rss_hwm_after_staging_mb']:.1f} MB after staging, "
+        print(f"  b. {b['messages']:,} pending ({b['body_bytes']} B, 1 h - 30 d): "
+              f"staged in {b['stage_s']:.1f} s "
+              f"({b['stage_msgs_per_s']:,.0f}/s); "
+              f"peak RSS {b['rss_hwm_after_staging_mb']:.1f} MB after staging, "
               f"{b['rss_hwm_after_settle_mb']:.1f} MB after {ARGS.b_settle:.0f} s more")
     c = result.get("c", {})
     if "ratio" in c:
-        print(f"  c. {c['messages']:,} x {c['body_bytes']} B: plain {c['plain_msgs_per_s']:,.0f}/s, "
+        print(f"  c. {c['messages']:,} x {c['body_bytes']} B: "
+              f"plain {c['plain_msgs_per_s']:,.0f}/s, "
               f"delayed {c['delayed_msgs_per_s']:,.0f}/s, ratio {c['ratio']:.3f}")
     print(f"  {'goal':<52}{'measured':<22}verdict")
     for goal, measured, verdict in goals(result):
@@ -850,21 +874,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c-messages", type=int, default=20000)
     parser.add_argument("--c-size", type=int, default=1024, help="body bytes in part c")
     parser.add_argument("--c-rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=2000, help="untimed sends of each kind before part c")
-    parser.add_argument("--window", type=int, default=1000, help="receipt on every N-th send (b, c)")
+    parser.add_argument("--warmup", type=int, default=2000,
+                        help="untimed sends of each kind before part c")
+    parser.add_argument("--window", type=int, default=1000,
+                        help="receipt on every N-th send (b, c)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rabbitmq", default=BROKERS["rabbitmq"]["address"], metavar="HOST:PORT")
-    parser.add_argument("--rabbitmq-amqp", default="amqp://guest:guest@127.0.0.1:5672/%2F", metavar="URL")
+    parser.add_argument("--rabbitmq-amqp", default="amqp://guest:guest@127.0.0.1:5672/%2F",
+                        metavar="URL")
     parser.add_argument("--activemq", default=BROKERS["activemq"]["address"], metavar="HOST:PORT")
     parser.add_argument("--scheduler", default=SCHEDULER["address"], metavar="HOST:PORT",
                         help="ActiveMQ with schedulerSupport=true, for the reference in part a")
     parser.add_argument("--no-start-scheduler", dest="start_scheduler", action="store_false",
-                        help="do not run scripts/brokers up activemq-scheduler when it does not answer")
+                        help="do not run scripts/brokers up activemq-scheduler "
+                             "when it does not answer")
     parser.add_argument("--staging-prefix", default="jms-bridge-bench.staging",
                         help="the bridge's staging prefix for the run; its queues are purged")
     parser.add_argument("--keep-other-staged", action="store_true",
-                        help="if the staging queues hold messages at start, skip b and c instead of "
-                             "purging them")
+                        help="if the staging queues hold messages at start, "
+                             "skip b and c instead of purging them")
     parser.add_argument("--bridge-exe", default=str(Path(sys.prefix) / "bin" / "jms-bridge"))
     parser.add_argument("--start-timeout", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds without progress")
@@ -888,7 +916,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{broker_name}: parts {','.join(args.parts)}", flush=True)
             try:
                 report["brokers"][broker_name] = run_broker(broker_name, args, state)
-            except (BenchError, pika.exceptions.AMQPError, stomp.exception.StompException, OSError) as exc:
+            except (BenchError, pika.exceptions.AMQPError, stomp.exception.StompException,
+                    OSError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 report["brokers"][broker_name] = {"error": str(exc)}
                 status = 1

@@ -6,12 +6,13 @@ them with client-individual acks and a prefetch of `window`. Each round runs eve
 queue, in rotated order so that drift (broker warm-up, other load) spreads over all paths.
 
 The relay is the fastest any proxy can be on this machine: asyncio copying bytes both ways, with no
-parsing. It and the bridge each run in their own process, so they pay the same isolation costs. The goal of
-the bridge is at least 0.95 of the relay, send and consume, on both brokers.
+parsing. It and the bridge each run in their own process, so they pay the same isolation
+costs. The goal of the bridge is at least 0.95 of the relay, send and consume, on both brokers.
 
 Usage:
     .venv/bin/python bench/stomp_throughput.py --brokers rabbitmq,activemq --rounds 3
-    .venv/bin/python bench/stomp_throughput.py --brokers rabbitmq --paths direct,relay --json out.json
+    .venv/bin/python bench/stomp_throughput.py --brokers rabbitmq --paths direct,relay \
+        --json out.json
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ import stomp
 RELAY_SOURCES = {
     "protocol": r"""
 import asyncio, sys
-listen_host, listen_port, broker_host, broker_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+listen_host, broker_host = sys.argv[1], sys.argv[3]
+listen_port, broker_port = int(sys.argv[2]), int(sys.argv[4])
 class Pipe(asyncio.Protocol):
     peer = None
     def connection_made(self, transport): self.transport = transport
@@ -56,7 +58,8 @@ class Client(Pipe):
         transport.pause_reading()
         asyncio.ensure_future(self.open())
     async def open(self):
-        _, self.peer = await asyncio.get_running_loop().create_connection(Pipe, broker_host, broker_port)
+        loop = asyncio.get_running_loop()
+        _, self.peer = await loop.create_connection(Pipe, broker_host, broker_port)
         self.peer.peer = self
         self.transport.resume_reading()
 async def main():
@@ -66,7 +69,8 @@ asyncio.run(main())
 """,
     "streams": r"""
 import asyncio, sys
-listen_host, listen_port, broker_host, broker_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+listen_host, broker_host = sys.argv[1], sys.argv[3]
+listen_port, broker_port = int(sys.argv[2]), int(sys.argv[4])
 async def pipe(reader, writer):
     try:
         while data := await reader.read(65536):
@@ -76,7 +80,8 @@ async def pipe(reader, writer):
         writer.close()
 async def handle(client_reader, client_writer):
     broker_reader, broker_writer = await asyncio.open_connection(broker_host, broker_port)
-    await asyncio.gather(pipe(client_reader, broker_writer), pipe(broker_reader, client_writer), return_exceptions=True)
+    await asyncio.gather(pipe(client_reader, broker_writer), pipe(broker_reader, client_writer),
+                         return_exceptions=True)
 async def main():
     server = await asyncio.start_server(handle, listen_host, listen_port)
     await server.serve_forever()
@@ -200,8 +205,9 @@ class Server:
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise BenchError(f"{name} did not accept connections on 127.0.0.1:{port} within "
-                                     f"{timeout:.0f} s\ncommand: {' '.join(argv)}\n{self.output()}")
+                    raise BenchError(f"{name} did not accept connections on 127.0.0.1:{port} "
+                                     f"within {timeout:.0f} s\ncommand: {' '.join(argv)}\n"
+                                     f"{self.output()}") from None
                 time.sleep(0.1)
 
     def output(self) -> str:
@@ -281,10 +287,11 @@ class Listener(stomp.ConnectionListener):
             self.receipt.set()
 
 
-def connect(address: tuple[str, int], broker: dict[str, Any], expected: int) -> tuple[Any, Listener]:
+def connect(address: tuple[str, int], broker: dict[str, Any],
+            expected: int) -> tuple[Any, Listener]:
     # STOMP 1.2 puts the host header in CONNECT; RabbitMQ reads it as the vhost.
-    conn = stomp.Connection12([address], heartbeats=(0, 0), auto_content_length=True, auto_decode=False,
-                              vhost=broker["vhost"])
+    conn = stomp.Connection12([address], heartbeats=(0, 0), auto_content_length=True,
+                              auto_decode=False, vhost=broker["vhost"])
     listener = Listener(conn, expected)
     conn.set_listener("bench", listener)
     conn.connect(broker["login"], broker["passcode"], wait=True)
@@ -345,8 +352,9 @@ def consume_phase(address: tuple[str, int], broker: dict[str, Any], destination:
         disconnect(conn)
     problems = []
     if listener.distinct != count or listener.duplicates or listener.unknown:
-        problems.append(f"received {listener.delivered} deliveries, {listener.distinct} distinct of "
-                        f"{count} sent, {listener.duplicates} duplicates, {listener.unknown} without "
+        problems.append(f"received {listener.delivered} deliveries, "
+                        f"{listener.distinct} distinct of {count} sent, "
+                        f"{listener.duplicates} duplicates, {listener.unknown} without "
                         f"a valid seq header")
     return count / elapsed, problems
 
@@ -365,8 +373,8 @@ class Result:
     errors: list[str] = field(default_factory=list)
 
 
-def measure(broker_name: str, path: str, rnd: int, address: tuple[str, int], args: argparse.Namespace,
-            server: Server | None, count: int) -> Result:
+def measure(broker_name: str, path: str, rnd: int, address: tuple[str, int],
+            args: argparse.Namespace, server: Server | None, count: int) -> Result:
     broker = BROKERS[broker_name]
     result = Result(broker_name, path, rnd)
     destination = f"/queue/bench-{uuid.uuid4()}"
@@ -376,8 +384,8 @@ def measure(broker_name: str, path: str, rnd: int, address: tuple[str, int], arg
     try:
         result.send_msgs_per_s = send_phase(address, broker, destination, count, body, args.window,
                                             args.timeout)
-        result.consume_msgs_per_s, result.errors = consume_phase(address, broker, destination, count,
-                                                                 args.window, args.timeout)
+        result.consume_msgs_per_s, result.errors = consume_phase(address, broker, destination,
+                                                                 count, args.window, args.timeout)
     except (BenchError, stomp.exception.StompException, OSError) as exc:
         result.errors.append(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     result.client_cpu_s = time.process_time() - client_before
@@ -386,14 +394,15 @@ def measure(broker_name: str, path: str, rnd: int, address: tuple[str, int], arg
     return result
 
 
-def start_servers(broker_name: str, upstream: tuple[str, int], args: argparse.Namespace) -> dict[str, Server]:
+def start_servers(broker_name: str, upstream: tuple[str, int],
+                  args: argparse.Namespace) -> dict[str, Server]:
     servers: dict[str, Server] = {}
     host, port = upstream
     try:
         if "relay" in args.paths:
             listen = free_port()
-            servers["relay"] = Server("relay", [sys.executable, "-c", RELAY_SOURCES[args.relay], "127.0.0.1",
-                                                str(listen), host, str(port)], listen)
+            servers["relay"] = Server("relay", [sys.executable, "-c", RELAY_SOURCES[args.relay],
+                                                "127.0.0.1", str(listen), host, str(port)], listen)
         if "bridge" in args.paths:
             listen, admin = free_port(), free_port()
             servers["bridge"] = Server("bridge", [
@@ -427,14 +436,16 @@ def run_broker(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         socket.create_connection(upstream, timeout=3).close()
     except OSError as exc:
-        raise BenchError(f"{broker_name}: STOMP at {upstream[0]}:{upstream[1]} does not answer: {exc}")
+        raise BenchError(f"{broker_name}: STOMP at {upstream[0]}:{upstream[1]} does not answer: "
+                         f"{exc}") from exc
     servers = start_servers(broker_name, upstream, args)
     addresses = {"direct": upstream, **{name: ("127.0.0.1", s.port) for name, s in servers.items()}}
     results: list[Result] = []
     try:
         if args.warmup:
             for path in args.paths:
-                warm = measure(broker_name, path, 0, addresses[path], args, servers.get(path), args.warmup)
+                warm = measure(broker_name, path, 0, addresses[path], args, servers.get(path),
+                               args.warmup)
                 for error in warm.errors:
                     print(f"error: {broker_name} {path} warm-up: {error}", file=sys.stderr)
         for rnd in range(1, args.rounds + 1):
@@ -443,7 +454,8 @@ def run_broker(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
                 result = measure(broker_name, path, rnd, addresses[path], args, servers.get(path),
                                  args.messages)
                 results.append(result)
-                print(f"  {broker_name:8} round {rnd} {path:6}  send {fmt(result.send_msgs_per_s):>7}/s"
+                print(f"  {broker_name:8} round {rnd} {path:6}  "
+                      f"send {fmt(result.send_msgs_per_s):>7}/s"
                       f"  consume {fmt(result.consume_msgs_per_s):>7}/s", flush=True)
                 for error in result.errors:
                     print(f"error: {broker_name} round {rnd} {path}: {error}", file=sys.stderr)
@@ -465,7 +477,8 @@ def summarize(broker_name: str, args: argparse.Namespace, results: list[Result],
     ratios = {}
     for other in ("relay", "direct"):
         if "bridge" in medians and other in medians:
-            ratios[f"bridge/{other}"] = {phase: ratio(medians["bridge"][phase], medians[other][phase])
+            ratios[f"bridge/{other}"] = {phase: ratio(medians["bridge"][phase],
+                                                      medians[other][phase])
                                          for phase in ("send", "consume")}
     if "relay" in medians and "direct" in medians:
         ratios["relay/direct"] = {phase: ratio(medians["relay"][phase], medians["direct"][phase])
@@ -477,20 +490,23 @@ def summarize(broker_name: str, args: argparse.Namespace, results: list[Result],
 
     print(f"\n{broker_name}: {args.messages} messages of {args.size} B, window {args.window}, "
           f"{args.rounds} rounds")
-    print(f"  {'path':<8}{'round':>6}{'send msgs/s':>14}{'consume msgs/s':>17}{'client CPU µs/msg':>20}")
+    print(f"  {'path':<8}{'round':>6}{'send msgs/s':>14}{'consume msgs/s':>17}"
+          f"{'client CPU µs/msg':>20}")
     for r in sorted(results, key=lambda r: (PATHS.index(r.path), r.round)):
         flag = "  ERROR" if r.errors else ""
         client = r.client_cpu_s / (2 * args.messages) * 1e6 if r.client_cpu_s is not None else None
-        print(f"  {r.path:<8}{r.round:>6}{fmt(r.send_msgs_per_s):>14}{fmt(r.consume_msgs_per_s):>17}"
-              f"{fmt(client, '.1f'):>20}{flag}")
+        print(f"  {r.path:<8}{r.round:>6}{fmt(r.send_msgs_per_s):>14}"
+              f"{fmt(r.consume_msgs_per_s):>17}{fmt(client, '.1f'):>20}{flag}")
     for path, m in medians.items():
         print(f"  {path:<8}{'median':>6}{fmt(m['send']):>14}{fmt(m['consume']):>17}"
               f"{fmt(m['client_cpu_us_per_message'], '.1f'):>20}")
     for name, r in ratios.items():
-        print(f"  {name:<14}send {fmt(r['send'], '.3f'):>6}   consume {fmt(r['consume'], '.3f'):>6}")
+        print(f"  {name:<14}send {fmt(r['send'], '.3f'):>6}   "
+              f"consume {fmt(r['consume'], '.3f'):>6}")
     for name, u in usage.items():
-        print(f"  {name} process: {u['cpu_s']:.2f} CPU s in all, {u['cpu_us_per_message']:.1f} CPU µs "
-              f"per message sent or consumed in the timed rounds, peak RSS {u['peak_rss_mb']:.1f} MB")
+        print(f"  {name} process: {u['cpu_s']:.2f} CPU s in all, "
+              f"{u['cpu_us_per_message']:.1f} CPU µs per message sent or consumed in the timed "
+              f"rounds, peak RSS {u['peak_rss_mb']:.1f} MB")
     if "bridge/relay" in ratios:
         goal = all((v or 0) >= args.goal for v in ratios["bridge/relay"].values())
         print(f"  goal bridge/relay >= {args.goal}: {'met' if goal else 'NOT met'}")
@@ -528,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown path {p!r}; choose from {', '.join(PATHS)}")
 
     report: dict[str, Any] = {"config": {k: getattr(args, k) for k in (
-        "brokers", "paths", "messages", "size", "rounds", "window", "warmup", "relay")}, "brokers": {}}
+        "brokers", "paths", "messages", "size", "rounds", "window", "warmup", "relay")},
+        "brokers": {}}
     status = 0
     for broker_name in args.brokers:
         try:
