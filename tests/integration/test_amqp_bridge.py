@@ -200,3 +200,46 @@ def test_readyz_checks_the_amqp_upstream_too(amqp_bridge: BridgeProcess) -> None
     status, body = amqp_bridge.http("/readyz")
     assert status == 200, body
     assert ":5672" in json.loads(body)["upstream_amqp"], body
+
+
+def test_publishes_sent_after_a_refused_one_on_its_channel_are_dropped_not_fatal(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    """A client that pipelines publishes: one refused, then more on the same channel, and one on
+    another channel, in one write. The refused one's channel is closed (the broker never sees the
+    publishes after it, as the spec drops frames on a closing channel), the other channel's
+    publish goes through, and the connection carries on."""
+    from pamqp import commands
+    from pamqp import frame as pframe
+
+    from bridge.frontends.amqp.builders import publish_frames
+    from tests.integration.amqp_raw import handshake, read_frame
+
+    def publish(channel: int, body: bytes, headers: dict | None = None) -> bytes:
+        return publish_frames(channel, commands.Basic.Publish(exchange="", routing_key=amqp_queue),
+                              commands.Basic.Properties(headers=headers), body, 131072)
+
+    sock = handshake(amqp_bridge.amqp_port)  # type: ignore[attr-defined]
+    for channel in (1, 2):
+        sock.sendall(pframe.marshal(commands.Channel.Open(), channel))
+        assert isinstance(read_frame(sock)[1], commands.Channel.OpenOk)
+    sock.sendall(publish(1, b"refused", {"x-delay": -5}) + publish(1, b"after-1")
+                 + publish(1, b"delayed-after", {"x-delay": 100}) + publish(2, b"on-2"))
+    channel, close = read_frame(sock)
+    assert channel == 1 and isinstance(close, commands.Channel.Close), close
+    assert close.reply_code == 406 and close.reply_text.startswith("MQRC_OPTIONS_ERROR")
+    sock.sendall(pframe.marshal(commands.Channel.CloseOk(), 1))
+    sock.sendall(pframe.marshal(commands.Channel.Open(), 3)
+                 + pframe.marshal(commands.Queue.Declare(queue=amqp_queue, passive=True), 3))
+    got = [read_frame(sock) for _ in range(2)]
+    assert [type(v) for _, v in got] == [commands.Channel.OpenOk, commands.Queue.DeclareOk], got
+    sock.close()
+    conn = _connect(amqp_bridge)
+    bodies = []
+    deadline = time.monotonic() + 3  # the delayed one would be due after 100 ms
+    while time.monotonic() < deadline:
+        found = _get(conn.channel(), amqp_queue, 0.2)
+        if found is not None:
+            bodies.append(found[1])
+    assert bodies == [b"on-2"]
+    conn.close()
