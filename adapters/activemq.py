@@ -38,9 +38,9 @@ import structlog
 from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
-from adapters.activemq_connection import _Ack, _Inbox, _Listener, activemq_reason
-from adapters.activemq_puts import _Puts, _valid_destination
-from adapters.activemq_statistics import _Statistics
+from adapters.activemq_connection import Ack, Inbox, Listener, activemq_reason
+from adapters.activemq_puts import Puts, valid_destination
+from adapters.activemq_statistics import Statistics
 from adapters.base import PER_DELIVERY, Held, Message, Move, PutCheck, StagedFormat
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, Refused
@@ -66,7 +66,7 @@ FORMAT = StagedFormat(
 )
 
 
-class ActiveMQ(_Puts, _Statistics):
+class ActiveMQ(Puts, Statistics):
     """The staging interface on ActiveMQ through one STOMP 1.2 connection."""
 
     name = "activemq"
@@ -96,20 +96,20 @@ class ActiveMQ(_Puts, _Statistics):
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
         self._conn: Connection12 | None = None
-        self._listener = _Listener()
+        self._listener = Listener()
         self._generation = 0
         self._ids = itertools.count(1)
-        self._peeks: dict[str, tuple[str, _Inbox]] = {}  # queue -> its prefetch-1 subscription
+        self._peeks: dict[str, tuple[str, Inbox]] = {}  # queue -> its prefetch-1 subscription
         self._heads: dict[str, Held] = {}  # queue -> the head we hold
         # The receipt on the last settle's ACKs, not waited for, and the ERRORs count before
         # them: the next settle checks both once its SENDs are answered.
         self._acks: tuple[str, int] | None = None
         self._expect: dict[str, float] = {}  # queue -> until when a head may be on its way
-        self._polled: _Inbox = queues.Queue()
+        self._polled: Inbox = queues.Queue()
         self._polled_queue: dict[str, str] = {}  # subscription id -> queue
         self._listened: dict[str, str] = {}  # subscription id -> topic (``listen``)
         self._returned: list[Held] = []  # put back after a poll: the next poll returns them
-        self._stats: tuple[Connection12, _Inbox] | None = None  # the statistics connection
+        self._stats: tuple[Connection12, Inbox] | None = None  # the statistics connection
         self._log = structlog.get_logger("adapters.activemq").bind(
             broker=self.name, address=str(stomp))
 
@@ -152,7 +152,7 @@ class ActiveMQ(_Puts, _Statistics):
         if held is not None:
             return held
         if queue not in self._peeks:
-            inbox: _Inbox = queues.Queue()
+            inbox: Inbox = queues.Queue()
             sid = self._subscribe(
                 queue, inbox, ack="client-individual", **{"activemq.prefetchSize": "1"}
             )
@@ -172,10 +172,10 @@ class ActiveMQ(_Puts, _Statistics):
         return held
 
     def _held(self, queue: str, frame: Frame, *, peeked: bool) -> Held:
-        token = _Ack(
+        token = Ack(
             self._generation, frame.headers["ack"], "content-length" not in frame.headers, peeked
         )
-        return Held(queue, _message(frame), token)
+        return Held(queue, message_from_frame(frame), token)
 
     def put_back(self, held: Held) -> None:
         """A peeked head: UNSUBSCRIBE its queue's peek subscription, so the broker puts it
@@ -230,7 +230,7 @@ class ActiveMQ(_Puts, _Statistics):
                 if queue is not None:
                     out.append(self._held(queue, frame, peeked=False))
                 elif sid in self._listened:
-                    out.append(Held(self._listened[sid], _message(frame), None))
+                    out.append(Held(self._listened[sid], message_from_frame(frame), None))
         return out
 
     # -- tools ---------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ class ActiveMQ(_Puts, _Statistics):
     def check_put(self, destination: str) -> PutCheck:
         """ActiveMQ authorizes a SEND inside a transaction when the SEND arrives (and refuses it
         there when the store is full): an ERROR for its receipt. The ABORT drops the rest."""
-        if not _valid_destination(destination):
+        if not valid_destination(destination):
             return PutCheck()
         conn = self._live()
         tx, receipt = f"jb-try-{next(self._ids)}", self._receipt()
@@ -263,10 +263,10 @@ class ActiveMQ(_Puts, _Statistics):
         """A ``browser:true`` subscription: every message, held ones included, none consumed."""
         with contextlib.closing(self._browse(queue)) as frames:
             for frame in frames:
-                yield _message(frame)
+                yield message_from_frame(frame)
 
     def _browse(self, queue: str) -> Generator[Frame, None, None]:
-        inbox: _Inbox = queues.Queue()
+        inbox: Inbox = queues.Queue()
         sid = self._subscribe(queue, inbox, ack="auto", browser="true")
         try:
             while True:
@@ -306,11 +306,13 @@ class ActiveMQ(_Puts, _Statistics):
         selector = _selector(header, value)
         if selector is None:
             with contextlib.closing(self._browse(queue)) as frames:
-                found = next((f for f in frames if _message(f).headers.get(header) == value), None)
+                found = next(
+                    (f for f in frames if message_from_frame(f).headers.get(header) == value), None
+                )
             if found is None:
                 return None
             selector = f"JMSMessageID = {quoted(found.headers['message-id'])}"
-        inbox: _Inbox = queues.Queue()
+        inbox: Inbox = queues.Queue()
         sid = self._subscribe(
             queue, inbox, ack="client-individual", selector=selector,
             **{"activemq.prefetchSize": "1"},
@@ -323,7 +325,7 @@ class ActiveMQ(_Puts, _Statistics):
             if frame is None:
                 self._live()
                 return None
-            message = _message(frame)
+            message = message_from_frame(frame)
             if then is not None:
                 then(message)
             rid = self._receipt()
@@ -335,7 +337,7 @@ class ActiveMQ(_Puts, _Statistics):
             self._unsubscribe(sid)
 
 
-def _message(frame: Frame) -> Message:
+def message_from_frame(frame: Frame) -> Message:
     body = frame.body if isinstance(frame.body, bytes) else (frame.body or "").encode()
     return Message({n: v for n, v in frame.headers.items() if n not in PER_DELIVERY}, body)
 

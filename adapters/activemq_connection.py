@@ -45,7 +45,7 @@ REFUSALS: tuple[tuple[tuple[str, ...], Reason], ...] = (
     (("too large", "maxFrameSize", "exceeds"), MQRC_MSG_TOO_BIG_FOR_Q),
 )
 
-_Inbox = queues.Queue[Frame | None]  # None: the connection went away
+Inbox = queues.Queue[Frame | None]  # None: the connection went away
 
 # stomp.py logs through "stomp.py" without a handler of its own, so Python's last-resort handler
 # would print its warnings ("could not connect ...") to stderr beside our one-line error.
@@ -53,14 +53,14 @@ logging.getLogger("stomp.py").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True, slots=True)
-class _Ack:
+class Ack:
     generation: int  # of the connection that delivered it
     ack_id: str
     text: bool  # a TextMessage (its MESSAGE had no content-length)
     peeked: bool
 
 
-class _Listener(ConnectionListener):  # type: ignore[misc]
+class Listener(ConnectionListener):  # type: ignore[misc]
     """Runs on stomp.py's receiver thread; hands everything over under one condition."""
 
     def __init__(self) -> None:
@@ -70,7 +70,7 @@ class _Listener(ConnectionListener):  # type: ignore[misc]
         self.receipts: set[str] = set()
         self.failed: dict[str, str] = {}  # receipt-id -> the ERROR's message
         self.errors: list[str] = []  # ERRORs that name no receipt
-        self.routes: dict[str, _Inbox] = {}
+        self.routes: dict[str, Inbox] = {}
 
     def on_connected(self, frame: Frame) -> None:
         with self.cv:
@@ -116,7 +116,7 @@ class _Listener(ConnectionListener):  # type: ignore[misc]
             inbox.put(None)
 
 
-def _tls(conn: Connection12, ep: Endpoint) -> None:
+def tls(conn: Connection12, ep: Endpoint) -> None:
     """stomp+ssl://: TLS with the broker's certificate verified (stomp.py verifies only when
     given a CA file: the named one, else the system's) and its host name checked."""
     if ep.tls:
@@ -124,7 +124,7 @@ def _tls(conn: Connection12, ep: Endpoint) -> None:
                      ca_certs=ep.ca_file or ssl.get_default_verify_paths().openssl_cafile)
 
 
-class _Connection:
+class Connection:
     """The STOMP connection; the state is ``ActiveMQ.__init__``'s."""
 
     name: str
@@ -134,18 +134,18 @@ class _Connection:
     _attempts: int
     _retry_wait: float
     _conn: Connection12 | None
-    _listener: _Listener
+    _listener: Listener
     _generation: int
     _ids: itertools.count[int]
-    _peeks: dict[str, tuple[str, _Inbox]]
+    _peeks: dict[str, tuple[str, Inbox]]
     _heads: dict[str, Held]
     _acks: tuple[str, int] | None
     _expect: dict[str, float]
-    _polled: _Inbox
+    _polled: Inbox
     _polled_queue: dict[str, str]
     _listened: dict[str, str]
     _returned: list[Held]
-    _stats: tuple[Connection12, _Inbox] | None
+    _stats: tuple[Connection12, Inbox] | None
     _log: FilteringBoundLogger
 
     def connect(self) -> None:
@@ -157,7 +157,7 @@ class _Connection:
     def _connect_once(self) -> None:
         self.close()
         ep = self.endpoint
-        listener = _Listener()
+        listener = Listener()
         conn = Connection12(
             [(ep.host, ep.port)],
             heartbeats=self._heartbeats,
@@ -170,7 +170,7 @@ class _Connection:
             reconnect_sleep_initial=0.0,
         )
         conn.set_listener("jms-bridge", listener)
-        _tls(conn, ep)
+        tls(conn, ep)
         try:
             conn.connect(ep.user, ep.password, wait=False)
         except (StompException, OSError) as exc:
@@ -274,14 +274,14 @@ class _Connection:
             self.close()  # the state is unknown: give everything back
             raise BrokerUnavailable(f"{self._where()}: {what}: no RECEIPT in time")
 
-    def _subscribe(self, queue: str, inbox: _Inbox, *, ack: str, **headers: str) -> str:
+    def _subscribe(self, queue: str, inbox: Inbox, *, ack: str, **headers: str) -> str:
         sid, failure = self._subscribe_to(f"/queue/{queue}", inbox, ack=ack, **headers)
         if failure is not None:
             raise BrokerUnavailable(f"{self._where()}: SUBSCRIBE /queue/{queue}: {failure}")
         return sid
 
     def _subscribe_to(
-        self, destination: str, inbox: _Inbox, *, ack: str, **headers: str
+        self, destination: str, inbox: Inbox, *, ack: str, **headers: str
     ) -> tuple[str, str | None]:
         """SUBSCRIBE and wait for its receipt: the subscription id, and the ERROR's text when
         the broker refused it (the connection stays open)."""
@@ -308,8 +308,8 @@ class _Connection:
             _stop(stats[0])
 
     @staticmethod
-    def _token(held: Held) -> _Ack:
-        if not isinstance(held.token, _Ack):
+    def _token(held: Held) -> Ack:
+        if not isinstance(held.token, Ack):
             raise TypeError("not a message held by an ActiveMQ adapter")
         return held.token
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from stomp import Connection12  # type: ignore[import-untyped]
 
-from adapters.activemq_connection import _Connection, activemq_reason
+from adapters.activemq_connection import Connection, activemq_reason
 from adapters.base import PER_DELIVERY, Message, Move
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
@@ -33,12 +33,12 @@ DESTINATION_PREFIXES = ("/queue/", "/topic/", "/remote-temp-queue/", "/remote-te
 CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
 
 
-def _valid_destination(destination: str) -> bool:
+def valid_destination(destination: str) -> bool:
     return destination.startswith(DESTINATION_PREFIXES) and destination not in DESTINATION_PREFIXES
 
 
 def _check_destination(destination: str) -> None:
-    if not _valid_destination(destination):
+    if not valid_destination(destination):
         raise ValueError(f"unsupported destination {destination!r}")
 
 
@@ -74,7 +74,7 @@ class _Cork:
 
 
 @contextlib.contextmanager
-def _corked(conn: Connection12) -> Iterator[None]:
+def corked(conn: Connection12) -> Iterator[None]:
     """The frames sent inside go out in few writes: stomp.py writes each frame with a
     ``sendall`` of its own, and a settle batch of 500 moves was 1,000 of them. On loopback each
     runs the kernel's whole TCP path: that was 40 % of the staging engine's time. A frame
@@ -90,7 +90,7 @@ def _corked(conn: Connection12) -> Iterator[None]:
     cork.flush()
 
 
-class _Puts(_Connection):
+class Puts(Connection):
     """``settle`` and ``publish`` of ``adapters.activemq.ActiveMQ``."""
 
     _peek_wait: float
@@ -119,7 +119,7 @@ class _Puts(_Connection):
             if move.destination is not None and move.message is None:
                 raise ValueError("a move with a destination needs a message")
         for i, move in enumerate(moves):
-            if move.destination is not None and not _valid_destination(move.destination):
+            if move.destination is not None and not valid_destination(move.destination):
                 if i:
                     self.settle(moves[:i])
                 raise PutRefused(i, MQRC_UNKNOWN_OBJECT_NAME,
@@ -130,7 +130,7 @@ class _Puts(_Connection):
         acks, self._acks = self._acks, None
         errors = acks[1] if acks else len(self._listener.errors)
         try:
-            with self._translate(), _corked(conn):
+            with self._translate(), corked(conn):
                 for i, move in enumerate(moves):
                     if move.destination is not None and move.message is not None:
                         receipts.append(self._receipt())
@@ -152,7 +152,7 @@ class _Puts(_Connection):
                 # its own) among the ERRORs by then.
                 last = self._receipt()
                 errors = len(self._listener.errors)
-                with self._translate(), _corked(conn):
+                with self._translate(), corked(conn):
                     for i in done:
                         extra = {"receipt": last} if i == done[-1] else {}
                         conn.ack(self._token(moves[i].held).ack_id, **extra)

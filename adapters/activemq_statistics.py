@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 
-from adapters.activemq_connection import _Connection, _Inbox, _Listener, _tls
+from adapters.activemq_connection import Connection, Inbox, Listener, tls
 from policies.errors import BrokerUnavailable
 
 STATISTICS = "/queue/ActiveMQ.Statistics.Destination."
@@ -58,7 +58,7 @@ def map_message_json(body: bytes | str) -> dict[str, object]:
     return out
 
 
-def _wildcard_scope(names: Sequence[str]) -> str | None:
+def wildcard_scope(names: Sequence[str]) -> str | None:
     """The dotted segments every one of ``names`` starts with and goes on after, when there are
     such segments and no name holds a wildcard character: ``<scope>.>`` matches them all (and
     maybe others). None when one request per name is needed."""
@@ -73,7 +73,7 @@ def _wildcard_scope(names: Sequence[str]) -> str | None:
     return ".".join(common) if common and all(common) else None
 
 
-class _Statistics(_Connection):
+class Statistics(Connection):
     """``depth``, ``consumers`` and ``depths`` of ``adapters.activemq.ActiveMQ``."""
 
     def depth(self, queue: str) -> int:
@@ -91,7 +91,7 @@ class _Statistics(_Connection):
         staging queues): the wildcard ``<those segments>.>`` is answered with one message per
         queue the broker has. A request per queue otherwise."""
         names = tuple(dict.fromkeys(queues))
-        scope = _wildcard_scope(names)
+        scope = wildcard_scope(names)
         if scope is None:
             return {name: self.depth(name) for name in names}
         return self._sizes(scope + ".>", names)
@@ -140,21 +140,21 @@ class _Statistics(_Connection):
             self._close_statistics()
             raise BrokerUnavailable(f"{self._where()}: statistics: {exc!r}") from exc
 
-    def _statistics(self) -> tuple[Connection12, _Inbox]:
+    def _statistics(self) -> tuple[Connection12, Inbox]:
         """The statistics connection, opened on first use: a translator failure on the broker
         closes it, never the staging connection."""
         if self._stats is not None and self._stats[0].is_connected():
             return self._stats
         self._close_statistics()
         ep = self.endpoint
-        inbox: _Inbox = queues.Queue()
-        listener = _Listener()
+        inbox: Inbox = queues.Queue()
+        listener = Listener()
         listener.routes["stats"] = inbox
         conn = Connection12([(ep.host, ep.port)], heartbeats=(0, 0), auto_decode=False,
                             vhost=ep.vhost or "/", reconnect_attempts_max=1,
                             reconnect_sleep_initial=0.0)
         conn.set_listener("jms-bridge-stats", listener)
-        _tls(conn, ep)
+        tls(conn, ep)
         self._stats = (conn, inbox)
         try:
             conn.connect(ep.user, ep.password, wait=True)

@@ -33,9 +33,9 @@ from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
-from adapters.activemq import ActiveMQ, _message
+from adapters.activemq import ActiveMQ, message_from_frame
 from adapters.activemq_connection import activemq_reason
-from adapters.activemq_puts import _corked, _valid_destination
+from adapters.activemq_puts import corked, valid_destination
 from adapters.activemq_statistics import STATISTICS, STATISTICS_END, map_message_json
 from adapters.base import Message
 from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
@@ -98,7 +98,7 @@ class ActiveMQQueues(ActiveMQ):
         if self.depth(queue) <= BROWSE_PAGE:
             with contextlib.closing(self._browse(queue)) as frames:
                 for i, frame in enumerate(frames):
-                    yield Found(_message(frame), frame.headers.get("message-id", ""), i)
+                    yield Found(message_from_frame(frame), frame.headers.get("message-id", ""), i)
             return
         report = SweepReport()
         round_ = self._round(queue, lambda _f: KEEP, None, MAX_BATCH, None, None, report)
@@ -157,7 +157,8 @@ class ActiveMQQueues(ActiveMQ):
                 if frame is None:
                     self._live()
                     break
-                found = Found(_message(frame), frame.headers.get("message-id", ""), report.seen)
+                found = Found(message_from_frame(frame), frame.headers.get("message-id", ""),
+                              report.seen)
                 report.seen += 1
                 action = decide(found) if limit is None or acted < limit else KEEP
                 if not isinstance(action, Keep):
@@ -194,7 +195,7 @@ class ActiveMQQueues(ActiveMQ):
                                           for f, w, m in targets if w is not None],
                                "sweep SEND", undone)
         done = self._receipt()
-        with self._translate(), _corked(conn):
+        with self._translate(), corked(conn):
             for frame, _ in pending:
                 conn.ack(frame.headers["ack"], transaction=tx)
             conn.commit(tx, receipt=done)
@@ -235,7 +236,7 @@ class ActiveMQQueues(ActiveMQ):
         # order, so once that receipt is in, an ERROR for any SEND before it is in too.
         errors = len(self._listener.errors)
         barrier = self._receipt()
-        with self._translate(), _corked(conn):
+        with self._translate(), corked(conn):
             conn.begin(tx, **({} if sends else {"receipt": barrier}))
             for i, (where, message, text) in enumerate(sends):
                 extra = {"receipt": barrier} if i == len(sends) - 1 else {}
@@ -265,7 +266,7 @@ class ActiveMQQueues(ActiveMQ):
 def _check_destinations(destinations: Iterable[str], undone: str) -> None:
     """PutRefused for the first destination ActiveMQ's STOMP cannot name."""
     for destination in destinations:
-        if not _valid_destination(destination):
+        if not valid_destination(destination):
             raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME,
                              f"not a destination ActiveMQ's STOMP can send to: {undone}",
                              destination)

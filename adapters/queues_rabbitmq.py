@@ -32,7 +32,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from adapters.base import Message
 from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
 from adapters.rabbitmq import RabbitMQ
-from adapters.rabbitmq_connection import _close_quietly, _unflushed, refusal_reason
+from adapters.rabbitmq_connection import close_quietly, refusal_reason, unflushed
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_UNKNOWN_OBJECT_NAME
@@ -181,7 +181,7 @@ class RabbitMQQueues(RabbitMQ):
                 seen[0] += 1
                 yield Found(found_message(props, body), props.message_id or "", seen[0] - 1)
         finally:
-            _close_quietly(ch)  # everything goes back to its place
+            close_quietly(ch)  # everything goes back to its place
 
     # -- sweeping ------------------------------------------------------------------------------
 
@@ -230,7 +230,7 @@ class RabbitMQQueues(RabbitMQ):
                     break  # nothing sent round to the tail: the rest can stay where it is
             self._commit(ch, queue, pending, before_commit, after_commit, report, returned)
         finally:
-            _close_quietly(ch)  # kept (and anything uncommitted) go back to their places
+            close_quietly(ch)  # kept (and anything uncommitted) go back to their places
         return report
 
     def _commit(
@@ -255,8 +255,8 @@ class RabbitMQQueues(RabbitMQ):
         acting = [v for _, v, _ in pending if not isinstance(v.action, Keep)]
         if before_commit is not None and acting:
             before_commit(acting)
-        publish = _unflushed(ch).basic_publish
-        ack = _unflushed(ch).basic_ack
+        publish = unflushed(ch).basic_publish
+        ack = unflushed(ch).basic_ack
         try:
             for exchange, key, body, props, mandatory in puts:
                 publish(exchange, key, body, props, mandatory=mandatory)
@@ -303,7 +303,7 @@ class RabbitMQQueues(RabbitMQ):
                 ch = self._conn.channel()
                 ch.tx_select()
             self._put_channel = ch
-        publish = _unflushed(ch).basic_publish
+        publish = unflushed(ch).basic_publish
         try:
             for where, props, body in prepared:
                 publish(where.exchange, where.routing_key, body, props)

@@ -22,10 +22,10 @@ import structlog
 from pika.adapters.blocking_connection import BlockingChannel
 
 from adapters.base import Held, Message, StagedFormat
-from adapters.rabbitmq_checks import _Checks
-from adapters.rabbitmq_connection import _close_quietly, _parameters, _Tag, refusal_reason
-from adapters.rabbitmq_puts import _Puts
-from adapters.rabbitmq_stomp import _escape_queue, stomp_headers
+from adapters.rabbitmq_checks import Checks
+from adapters.rabbitmq_connection import Tag, close_quietly, parameters, refusal_reason
+from adapters.rabbitmq_puts import Puts
+from adapters.rabbitmq_stomp import escape_queue, stomp_headers
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, Refused, StagingQueueMismatch
 
@@ -58,11 +58,11 @@ FORMAT = StagedFormat(
     temporary_prefixes=("/temp-queue/", "/temp-topic/", "/reply-queue/"),
     second_levels=True,
     peek_advances=True,
-    escape=_escape_queue,
+    escape=escape_queue,
 )
 
 
-class RabbitMQ(_Puts, _Checks):
+class RabbitMQ(Puts, Checks):
     """The staging interface on RabbitMQ through one pika BlockingConnection."""
 
     name = "rabbitmq"
@@ -91,7 +91,7 @@ class RabbitMQ(_Puts, _Checks):
         self._http_timeout = http_timeout
         # One set for each node (the endpoint's alternates: a cluster's other nodes), tried in
         # turn from the one that answered last.
-        self._nodes = [_parameters(ep, heartbeat, blocked_timeout) for ep in amqp.every()]
+        self._nodes = [parameters(ep, heartbeat, blocked_timeout) for ep in amqp.every()]
         self._params = self._nodes[0]
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
@@ -187,7 +187,7 @@ class RabbitMQ(_Puts, _Checks):
             return None
         tag, props, body = got
         self._peek_holding[tag] = queue
-        return Held(queue, self._message(props, body), _Tag(self._peek_generation, tag, True))
+        return Held(queue, self._message(props, body), Tag(self._peek_generation, tag, True))
 
     def _peek_channel(self) -> BlockingChannel:
         """The peek channel, opened again (a new generation) when it was closed: what it held
@@ -215,7 +215,7 @@ class RabbitMQ(_Puts, _Checks):
         self, queue: str, tag: int, props: pika.BasicProperties, body: bytes
     ) -> Held:
         self._holding[tag] = queue
-        return Held(queue, self._message(props, body), _Tag(self._generation, tag))
+        return Held(queue, self._message(props, body), Tag(self._generation, tag))
 
     def _message(self, props: pika.BasicProperties, body: bytes) -> Message:
         """A message read from a queue, without the header a quorum queue adds to it."""
@@ -313,7 +313,7 @@ class RabbitMQ(_Puts, _Checks):
                     return
                 yield self._message(got[1], got[2])
         finally:
-            _close_quietly(ch)
+            close_quietly(ch)
 
     def take(
         self, queue: str, header: str, value: str, then: Callable[[Message], None] | None = None
@@ -336,7 +336,7 @@ class RabbitMQ(_Puts, _Checks):
                     return message
             return None
         finally:
-            _close_quietly(ch)
+            close_quietly(ch)
 
     def _tool_channel(self, queue: str) -> tuple[BlockingChannel, int]:
         self._channel()

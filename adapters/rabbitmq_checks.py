@@ -15,7 +15,7 @@ from typing import Any
 import pika.exceptions
 
 from adapters.base import PutCheck
-from adapters.rabbitmq_connection import _close_quietly, _Connection, refusal_reason
+from adapters.rabbitmq_connection import Connection, close_quietly, refusal_reason
 from adapters.rabbitmq_stomp import route
 from policies.endpoints import Endpoint
 from policies.errors import Refused
@@ -56,7 +56,7 @@ def queue_check(destination: str, info: Mapping[str, Any], ready: int) -> PutChe
     return PutCheck(refused, max_body_bytes=max_bytes, changing=True)
 
 
-class _Checks(_Connection):
+class Checks(Connection):
     """``check_put`` and ``staging_checks`` of ``adapters.rabbitmq.RabbitMQ``."""
 
     _management: Endpoint | None
@@ -94,7 +94,7 @@ class _Checks(_Connection):
             with self._translate():
                 raise
         finally:
-            _close_quietly(ch)
+            close_quietly(ch)
         return PutCheck() if limits is None else queue_check(destination, limits, ready)
 
     def staging_checks(self, destination: str) -> bool:

@@ -34,7 +34,7 @@ from policies.reasons import (
 
 
 @dataclass(frozen=True, slots=True)
-class _Tag:
+class Tag:
     generation: int  # of the channel that delivered it: ``main``'s, or the peek channel's
     delivery_tag: int
     peeked: bool = False  # got by a peek, on the peek channel
@@ -51,7 +51,7 @@ def refusal_reason(reply_code: int, reply_text: str) -> Reason:
     return MQRC_UNEXPECTED_ERROR
 
 
-def _parameters(ep: Endpoint, heartbeat: int, blocked_timeout: float) -> pika.ConnectionParameters:
+def parameters(ep: Endpoint, heartbeat: int, blocked_timeout: float) -> pika.ConnectionParameters:
     params = pika.ConnectionParameters(
         host=ep.host,
         port=ep.port,
@@ -76,7 +76,7 @@ def _tls(ep: Endpoint) -> pika.SSLOptions:
     return pika.SSLOptions(ctx, server_hostname=ep.host)
 
 
-class _Connection:
+class Connection:
     """The connection and its channels; the state is ``RabbitMQ.__init__``'s."""
 
     name: str
@@ -149,10 +149,10 @@ class _Connection:
                 self.close()
             else:
                 self._drop_side_channels()
-            self._log.debug("broker error", error=_describe(exc), connection_lost=lost)
+            self._log.debug("broker error", error=describe(exc), connection_lost=lost)
             refused = isinstance(exc, pika.exceptions.ProbableAuthenticationError |
                                  pika.exceptions.ProbableAccessDeniedError)
-            raise BrokerUnavailable(f"{self._where()}: {_describe(exc)}",
+            raise BrokerUnavailable(f"{self._where()}: {describe(exc)}",
                                     MQRC_NOT_AUTHORIZED if refused else MQRC_HOST_NOT_AVAILABLE,
                                     ) from exc
 
@@ -213,14 +213,14 @@ class _Connection:
 
     # -- held messages' channels ---------------------------------------------------------------
 
-    def _live(self, tag: _Tag) -> bool:
+    def _live(self, tag: Tag) -> bool:
         """Whether the channel that delivered ``tag`` is still the one open."""
         if tag.peeked:
             return (tag.generation == self._peek_generation and self._peeker is not None
                     and self._peeker.is_open)
         return tag.generation == self._generation
 
-    def _ack_channel(self, tag: _Tag) -> BlockingChannel:
+    def _ack_channel(self, tag: Tag) -> BlockingChannel:
         """The channel to settle ``tag`` on (it is live), and forget it there."""
         if tag.peeked:
             self._peek_holding.pop(tag.delivery_tag, None)
@@ -230,13 +230,13 @@ class _Connection:
         return self._channel()
 
     @staticmethod
-    def _tag(held: Held) -> _Tag:
-        if not isinstance(held.token, _Tag):
+    def _tag(held: Held) -> Tag:
+        if not isinstance(held.token, Tag):
             raise TypeError("not a message held by a RabbitMQ adapter")
         return held.token
 
 
-def _unflushed(ch: BlockingChannel) -> pika.channel.Channel:
+def unflushed(ch: BlockingChannel) -> pika.channel.Channel:
     """The channel under pika's blocking wrapper, which writes to the socket and polls after
     every publish and ack (most of a batch's cost). Its methods only queue their frames; the
     wrapper's next blocking call (tx_commit, process_data_events) writes them all at once."""
@@ -244,13 +244,13 @@ def _unflushed(ch: BlockingChannel) -> pika.channel.Channel:
     return impl
 
 
-def _close_quietly(ch: BlockingChannel) -> None:
+def close_quietly(ch: BlockingChannel) -> None:
     with contextlib.suppress(pika.exceptions.AMQPError, OSError):
         if ch.is_open:
             ch.close()
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     """One line for a pika error, naming the innermost cause (pika nests them in args)."""
     inner: BaseException = exc
     for _ in range(5):

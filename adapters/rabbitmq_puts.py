@@ -16,15 +16,15 @@ import pika
 import pika.exceptions
 
 from adapters.base import Message, Move
-from adapters.rabbitmq_connection import _Connection, _describe, _unflushed, refusal_reason
-from adapters.rabbitmq_stomp import Route, _routable, amqp_properties, queue_arguments, route
+from adapters.rabbitmq_connection import Connection, describe, refusal_reason, unflushed
+from adapters.rabbitmq_stomp import Route, amqp_properties, queue_arguments, routable, route
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
 
 REFUSING_S = 60.0  # how long a queue that nacked a publish is put to one message at a time
 
 
-class _Puts(_Connection):
+class Puts(Connection):
     """``settle`` and ``publish`` of ``adapters.rabbitmq.RabbitMQ``."""
 
     _refusing: dict[str, float]
@@ -56,7 +56,7 @@ class _Puts(_Connection):
         now = time.monotonic()
         self._refusing = {q: until for q, until in self._refusing.items() if until > now}
         return any(route(m.destination or "").routing_key in self._refusing for m in puts
-                   if _routable(m.destination))
+                   if routable(m.destination))
 
     def _settle_batch(self, moves: Sequence[Move]) -> bool:
         """All puts in one transaction, then the acks. False when the batch could not be put
@@ -86,7 +86,7 @@ class _Puts(_Connection):
             tx = self._tx_channel()
             self._returned.clear()
             sent: list[tuple[str, str, bytes] | None] = []
-            publish = _unflushed(tx).basic_publish  # written all at once by tx_commit
+            publish = unflushed(tx).basic_publish  # written all at once by tx_commit
             for put in puts:
                 if put is None:
                     sent.append(None)
@@ -112,7 +112,7 @@ class _Puts(_Connection):
         with self._translate():
             for move in moves[:refused]:
                 tag = self._tag(move.held)
-                _unflushed(self._ack_channel(tag)).basic_ack(tag.delivery_tag, multiple=False)
+                unflushed(self._ack_channel(tag)).basic_ack(tag.delivery_tag, multiple=False)
             self._conn.process_data_events(0)  # writes the acks
         if refused < len(moves):
             move = moves[refused]
@@ -194,7 +194,7 @@ class _Puts(_Connection):
             with self._translate():
                 raise exc
         self._drop_side_channels()
-        self._log.debug("put refused", destination=destination, error=_describe(exc))
+        self._log.debug("put refused", destination=destination, error=describe(exc))
         raise PutRefused(
             0, refusal_reason(exc.reply_code, exc.reply_text),
             f"({exc.reply_code}) {exc.reply_text}", destination,

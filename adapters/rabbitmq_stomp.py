@@ -203,7 +203,7 @@ def queue_arguments(headers: Mapping[str, str]) -> dict[str, Any]:
     return args
 
 
-def _routable(destination: str | None) -> bool:
+def routable(destination: str | None) -> bool:
     try:
         route(destination or "")
     except ValueError:
@@ -211,5 +211,5 @@ def _routable(destination: str | None) -> bool:
     return True
 
 
-def _escape_queue(name: str) -> str:
+def escape_queue(name: str) -> str:
     return name.replace("/", "%2F")

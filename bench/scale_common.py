@@ -29,7 +29,7 @@ from typing import Any
 import pika
 import stomp
 from delay import staging_metrics
-from stomp_throughput import BenchError, _descendants, cpu_seconds, free_port, parse_address
+from stomp_throughput import BenchError, cpu_seconds, descendants, free_port, parse_address
 
 ROOT = Path(__file__).resolve().parent.parent
 RABBIT_DATA = Path("/var/lib/rabbitmq/mnesia")
@@ -175,7 +175,7 @@ def tree_rss(pid: int) -> dict[str, float]:
     """VmRSS in MiB of the bridge process, of its staging engine (the multiprocessing child
     that is not the resource tracker), and of the whole tree."""
     out = {"bridge_mb": 0.0, "engine_mb": 0.0, "total_mb": 0.0}
-    for p in _descendants(pid):
+    for p in descendants(pid):
         try:
             status = Path(f"/proc/{p}/status").read_text()
             cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")

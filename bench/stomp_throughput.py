@@ -116,7 +116,7 @@ def free_port() -> int:
 
 # --- processes under test -------------------------------------------------------------------------
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """pid and every live descendant, so a bridge that forks workers is measured whole."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -139,7 +139,7 @@ def _descendants(pid: int) -> list[int]:
 def cpu_seconds(pid: int) -> float:
     """user+sys of the process tree, including reaped children, from /proc/<pid>/stat."""
     total = 0
-    for p in _descendants(pid):
+    for p in descendants(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
         except OSError:
@@ -152,7 +152,7 @@ def cpu_seconds(pid: int) -> float:
 def peak_rss_mb(pid: int) -> float:
     """VmHWM summed over the process tree, in MiB."""
     kib = 0
-    for p in _descendants(pid):
+    for p in descendants(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):

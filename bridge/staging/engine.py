@@ -36,9 +36,9 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
-from bridge.staging.engine_orders import _OperatorOrders
-from bridge.staging.engine_settling import _Settling
-from bridge.staging.engine_work import _Kind, _Work
+from bridge.staging.engine_orders import OperatorOrders
+from bridge.staging.engine_settling import Settling
+from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import (
     FAILED_AT,
     REASON,
@@ -104,7 +104,7 @@ class Stop(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-class Engine(_Settling, _OperatorOrders):
+class Engine(Settling, OperatorOrders):
     """Moves and releases staged messages; one per thread, owning its adapter."""
 
     def __init__(
@@ -182,7 +182,7 @@ class Engine(_Settling, _OperatorOrders):
         self._pending_failed = 0
         self._heap: list[tuple[int, int, Held, Staged]] = []  # (due, seq, held, staged)
         self._seq = itertools.count()
-        self._pending: list[_Work] = []  # found by poll, settled with the next releases
+        self._pending: list[Work] = []  # found by poll, settled with the next releases
         # Streamed heads to hop, in the order taken; their next queue is chosen when settled.
         self._hops: collections.deque[tuple[Held, Staged]] = collections.deque()
         self._next_look: dict[str, int] = {}  # level queue -> epoch ms; absent = look now
@@ -392,7 +392,7 @@ class Engine(_Settling, _OperatorOrders):
 
     # -- level queues -----------------------------------------------------------------------
 
-    def _move_levels(self, now_ms: int, work: list[_Work]) -> bool:
+    def _move_levels(self, now_ms: int, work: list[Work]) -> bool:
         """Take every level head that may exit by now; settle the moves, after ``work`` (the
         releases that are due), in one call, or two when a level is peeked (a round trip each,
         so the releases are settled first). Returns whether the batch limit left exits behind."""
@@ -416,11 +416,11 @@ class Engine(_Settling, _OperatorOrders):
                 item = self._exit(head, dwell, now_ms, lead_ms=self.lead_ms, streamed=True)
                 assert not isinstance(item, int)
                 taken += 1
-                if item.kind is _Kind.HOLD:
+                if item.kind is WorkKind.HOLD:
                     assert item.staged is not None
                     heapq.heappush(self._heap, (item.staged.due_ms, next(self._seq), head,
                                                 item.staged))
-                elif item.kind is _Kind.HOP:
+                elif item.kind is WorkKind.HOP:
                     assert item.staged is not None
                     self._hops.append((head, item.staged))
                 else:
@@ -448,7 +448,7 @@ class Engine(_Settling, _OperatorOrders):
                     looks[queue] = min(item, now_ms + self._recheck_ms)
                     break
                 taken += 1
-                if item.kind is _Kind.HOLD:
+                if item.kind is WorkKind.HOLD:
                     assert item.staged is not None
                     heapq.heappush(self._heap, (item.staged.due_ms, next(self._seq), held,
                                                 item.staged))
@@ -464,7 +464,7 @@ class Engine(_Settling, _OperatorOrders):
         self._settle(work, now_ms)
         return more
 
-    def _take_hops(self) -> list[_Work]:
+    def _take_hops(self) -> list[Work]:
         """The hop moves to settle now, their queues chosen for the time left now: SLICE of
         them when a release is due within SOON_MS, else up to the batch. A head with less than
         the horizon (and the lead) left by now is held instead."""
@@ -474,7 +474,7 @@ class Engine(_Settling, _OperatorOrders):
         now_ms = self.clock()
         heap = self._heap
         limit = SLICE if heap and heap[0][0] - now_ms <= SOON_MS else self.batch
-        out: list[_Work] = []
+        out: list[Work] = []
         hold_under = HORIZON_MS + self.lead_ms
         while hops and len(out) < limit:
             held, staged = hops.popleft()
@@ -490,7 +490,7 @@ class Engine(_Settling, _OperatorOrders):
 
     def _exit(
         self, held: Held, dwell: int, now_ms: int, *, lead_ms: int = 0, streamed: bool = False
-    ) -> _Work | int:
+    ) -> Work | int:
         """What to do with a level head: a move, or (when it is still waiting) when to look again:
         its exit time, less ``lead_ms`` (a head may be taken that much early). A ``streamed``
         head (delivered by a subscription) can always be held for release, and its HOP is only
@@ -502,7 +502,7 @@ class Engine(_Settling, _OperatorOrders):
         if self._orders and (order := self._orders.get(staged.message_id, now_ms)) is not None:
             return self._carry_out(order, held, staged, now_ms)
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
-            return _Work(_Kind.EXPIRE, Move(held), staged)
+            return Work(WorkKind.EXPIRE, Move(held), staged)
         if staged.due_ms <= now_ms:  # late (the engine was away): straight to the target
             return self._released(held, staged, now_ms)
         exit_ms = staged.entered_ms + dwell - lead_ms
@@ -512,19 +512,19 @@ class Engine(_Settling, _OperatorOrders):
             # Due within the horizon: hold it for release as a ready message would be held,
             # instead of putting it to the ready queue first. One put instead of two; held
             # for under a second, and given back if the connection goes.
-            return _Work(_Kind.HOLD, Move(held), staged)
+            return Work(WorkKind.HOLD, Move(held), staged)
         if streamed:
-            return _Work(_Kind.HOP, Move(held), staged)
+            return Work(WorkKind.HOP, Move(held), staged)
         return self._hop(held, staged, now_ms)
 
-    def _hop(self, held: Held, staged: Staged, now_ms: int) -> _Work:
+    def _hop(self, held: Held, staged: Staged, now_ms: int) -> Work:
         queue = self.layout.queue_for(staged.due_ms - now_ms)
         destination = (
             self._ready_dest if queue == self.layout.ready
             else self.broker.format.client_destination(queue)
         )
         message = Message(hop_headers(held.message.headers, now_ms=now_ms), held.message.body)
-        return _Work(_Kind.HOP, Move(held, destination, message), staged, queue=queue)
+        return Work(WorkKind.HOP, Move(held, destination, message), staged, queue=queue)
 
     # -- the ready queue --------------------------------------------------------------------
 
@@ -558,7 +558,7 @@ class Engine(_Settling, _OperatorOrders):
         """Release every held message that is due, in one settle call."""
         self._settle(self._due(now_ms), now_ms)
 
-    def _due(self, now_ms: int) -> list[_Work]:
+    def _due(self, now_ms: int) -> list[Work]:
         """The releases (and expiries) of the held messages that are due, with the moves
         ``poll`` found."""
         work, self._pending = self._pending, []
@@ -566,12 +566,12 @@ class Engine(_Settling, _OperatorOrders):
         while heap and heap[0][0] <= now_ms:
             _, _, held, staged = heapq.heappop(heap)
             if staged.expires_ms is not None and staged.expires_ms <= now_ms:
-                work.append(_Work(_Kind.EXPIRE, Move(held), staged))
+                work.append(Work(WorkKind.EXPIRE, Move(held), staged))
             else:
                 work.append(self._released(held, staged, now_ms))
         return work
 
-    def _released(self, held: Held, staged: Staged, now_ms: int) -> _Work:
+    def _released(self, held: Held, staged: Staged, now_ms: int) -> Work:
         headers = released_headers(held.message.headers, self.broker.format, now_ms=now_ms)
         move = Move(held, staged.target, Message(headers, held.message.body))
-        return _Work(_Kind.RELEASE, move, staged)
+        return Work(WorkKind.RELEASE, move, staged)

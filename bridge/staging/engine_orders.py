@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
-from bridge.staging.engine_work import _Kind, _Work
+from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import MESSAGE_ID, Staged
 from bridge.staging.orders import Action, Order, Orders, destination
 from policies.errors import PutRefused
 
 
-class _OperatorOrders:
+class OperatorOrders:
     """The orders part of ``bridge.staging.engine.Engine``; the state is ``Engine.__init__``'s."""
 
     log: FilteringBoundLogger
     broker: StagingBroker
     _orders: Orders
     _answers: list[tuple[str, Message]]
-    _pending: list[_Work]
+    _pending: list[Work]
     _peeked: list[str]
     _next_look: dict[str, int]
     _buffers: dict[str, collections.deque[tuple[int, Held]]]
@@ -32,7 +32,7 @@ class _OperatorOrders:
     _heap: list[tuple[int, int, Held, Staged]]
 
     if TYPE_CHECKING:  # the engine's: the move that releases a held message now
-        def _released(self, held: Held, staged: Staged, now_ms: int) -> _Work: ...
+        def _released(self, held: Held, staged: Staged, now_ms: int) -> Work: ...
 
     def _take_order(self, message: Message, now_ms: int) -> None:
         """An order heard on the control topic: remember it, and carry it out on every copy
@@ -93,14 +93,14 @@ class _OperatorOrders:
             heapq.heapify(self._heap)
         return found
 
-    def _carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> _Work:
+    def _carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> Work:
         """The move that does what ``order`` says with one held copy of its message."""
         if order.action is Action.CANCEL:
-            return _Work(_Kind.CANCEL, Move(held), staged, order=order)
+            return Work(WorkKind.CANCEL, Move(held), staged, order=order)
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
-            return _Work(_Kind.EXPIRE, Move(held), staged, order=order)
+            return Work(WorkKind.EXPIRE, Move(held), staged, order=order)
         work = self._released(held, staged, now_ms)
-        work.kind, work.order = _Kind.RELEASE_NOW, order
+        work.kind, work.order = WorkKind.RELEASE_NOW, order
         return work
 
     def _answer(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from adapters.base import Held, Message, Move, StagingBroker
-from bridge.staging.engine_work import _Kind, _Work
+from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import (
     FRAME_ONLY,
     KEPT,
@@ -45,24 +45,24 @@ INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
 KEEP_MAX_MS = 60_000
 
 # What an operator's order did, as its answer says.
-_DONE = {_Kind.CANCEL: "cancelled", _Kind.RELEASE_NOW: "released", _Kind.EXPIRE: "expired",
-         _Kind.RETRY: "retried", _Kind.DISCARD: "discarded", _Kind.KEEP: "kept"}
+_DONE = {WorkKind.CANCEL: "cancelled", WorkKind.RELEASE_NOW: "released", WorkKind.EXPIRE: "expired",
+         WorkKind.RETRY: "retried", WorkKind.DISCARD: "discarded", WorkKind.KEEP: "kept"}
 _OUTCOME = {
-    _Kind.RELEASE: Kind.RELEASED, _Kind.RELEASE_NOW: Kind.RELEASED_NOW,
-    _Kind.CANCEL: Kind.CANCELLED, _Kind.EXPIRE: Kind.EXPIRED,
-    _Kind.UNDELIVERABLE: Kind.UNDELIVERABLE, _Kind.UNDELIVERED: Kind.UNDELIVERED,
-    _Kind.DEAD_LETTERED: Kind.DEAD_LETTERED, _Kind.DISCARD: Kind.DELETED,
-    _Kind.RETRY: Kind.RETRIED, _Kind.KEEP: Kind.KEPT,
+    WorkKind.RELEASE: Kind.RELEASED, WorkKind.RELEASE_NOW: Kind.RELEASED_NOW,
+    WorkKind.CANCEL: Kind.CANCELLED, WorkKind.EXPIRE: Kind.EXPIRED,
+    WorkKind.UNDELIVERABLE: Kind.UNDELIVERABLE, WorkKind.UNDELIVERED: Kind.UNDELIVERED,
+    WorkKind.DEAD_LETTERED: Kind.DEAD_LETTERED, WorkKind.DISCARD: Kind.DELETED,
+    WorkKind.RETRY: Kind.RETRIED, WorkKind.KEEP: Kind.KEPT,
 }
-_FAILED = {Kind.UNDELIVERABLE: _Kind.UNDELIVERABLE, Kind.UNDELIVERED: _Kind.UNDELIVERED,
-           Kind.DEAD_LETTERED: _Kind.DEAD_LETTERED, Kind.DELETED: _Kind.DISCARD,
-           Kind.EXPIRED: _Kind.EXPIRE}
+_FAILED = {Kind.UNDELIVERABLE: WorkKind.UNDELIVERABLE, Kind.UNDELIVERED: WorkKind.UNDELIVERED,
+           Kind.DEAD_LETTERED: WorkKind.DEAD_LETTERED, Kind.DELETED: WorkKind.DISCARD,
+           Kind.EXPIRED: WorkKind.EXPIRE}
 # Moves to a dead-letter home: one the broker refuses keeps its message on the staging queues.
-_TO_DEAD_LETTER = frozenset({_Kind.UNDELIVERABLE, _Kind.UNDELIVERED, _Kind.DEAD_LETTERED})
-_RELEASES = frozenset({_Kind.RELEASE, _Kind.RELEASE_NOW})
+_TO_DEAD_LETTER = frozenset({WorkKind.UNDELIVERABLE, WorkKind.UNDELIVERED, WorkKind.DEAD_LETTERED})
+_RELEASES = frozenset({WorkKind.RELEASE, WorkKind.RELEASE_NOW})
 
 
-class _Settling:
+class Settling:
     """The settling part of ``bridge.staging.engine.Engine``; the state is ``Engine.__init__``'s."""
 
     broker: StagingBroker
@@ -83,7 +83,7 @@ class _Settling:
     _failures: int
     _settled_since_connect: bool
 
-    def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> _Work:
+    def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> Work:
         """An unreadable staged message is kept for a person to look at, not dropped (with
         ``plain``, its property headers as plain ones: the broker refused one of them)."""
         headers = {n: v for n, v in held.message.headers.items() if n not in FRAME_ONLY}
@@ -92,12 +92,12 @@ class _Settling:
         headers[INVALID_REASON] = f"{type(error).__name__}: {error}"
         headers[INVALID_QUEUE] = held.queue
         move = Move(held, self._invalid_dest, Message(headers, held.message.body))
-        return _Work(_Kind.INVALID, move, queue=held.queue, error=headers[INVALID_REASON])
+        return Work(WorkKind.INVALID, move, queue=held.queue, error=headers[INVALID_REASON])
 
     def _restage(
-        self, w: _Work, kind: _Kind, due_ms: int, now_ms: int, headers: dict[str, str],
+        self, w: Work, kind: WorkKind, due_ms: int, now_ms: int, headers: dict[str, str],
         reason: Reason, text: str, count: int,
-    ) -> _Work:
+    ) -> Work:
         """``w``'s message back on the staging queues, due again at ``due_ms`` (its own due
         time kept), with ``headers`` added: a RETRY or a KEEP."""
         held, staged = w.move.held, w.staged
@@ -110,10 +110,10 @@ class _Settling:
                 else self.broker.format.client_destination(queue))
         retried = Staged(staged.target, due_ms, staged.sent_ms, now_ms, staged.expires_ms,
                          staged.message_id)
-        return _Work(kind, Move(held, dest, Message(out, held.message.body)), retried,
-                     queue=queue, error=text, reason=reason, order=w.order, count=count)
+        return Work(kind, Move(held, dest, Message(out, held.message.body)), retried,
+                    queue=queue, error=text, reason=reason, order=w.order, count=count)
 
-    def _refused(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
+    def _refused(self, w: Work, refused: PutRefused, now_ms: int) -> Work:
         """A release the broker refused: tried again later if the refusal can pass and
         message-retry allows, else the failure path."""
         staged = w.staged
@@ -125,7 +125,7 @@ class _Settling:
         if w.order is not None:  # a release-now order is done with: message-retry from here
             self._orders.done(staged.message_id)
         if wait_ms is not None:
-            return self._restage(w, _Kind.RETRY, now_ms + wait_ms, now_ms,
+            return self._restage(w, WorkKind.RETRY, now_ms + wait_ms, now_ms,
                                  {RETRIES: str(attempts)}, refused.reason, refused.text,
                                  attempts)
         text = refused.text
@@ -133,7 +133,7 @@ class _Settling:
             text = f"{text} (put {attempts} times, message-retry {retry})"
         return self._failed(w, Cause.REFUSED, refused.reason, text, now_ms)
 
-    def _expired(self, w: _Work, now_ms: int) -> _Work:
+    def _expired(self, w: Work, now_ms: int) -> Work:
         """An expired message: discarded as before, unless it asked for a report or to be
         kept, or its policy names an expiry destination."""
         staged = w.staged
@@ -144,7 +144,7 @@ class _Settling:
         return self._failed(w, Cause.EXPIRED, MQFB_EXPIRATION,
                             f"its time to live ran out at {expires} while staged", now_ms)
 
-    def _failed(self, w: _Work, cause: Cause, reason: Reason, text: str, now_ms: int) -> _Work:
+    def _failed(self, w: Work, cause: Cause, reason: Reason, text: str, now_ms: int) -> Work:
         """The move that takes a message that cannot be delivered where the failure path says,
         after its report; a KEEP when the report's dead-letter home refused that report."""
         held, staged = w.move.held, w.staged
@@ -157,10 +157,10 @@ class _Settling:
                 return self._keep(w, refused, now_ms)
         kind = _FAILED[failed.kind]
         move = Move(held, failed.destination, failed.message)
-        return _Work(kind, move, staged, queue=failed.destination, error=failed.text,
-                     reason=failed.route.reason, order=w.order)
+        return Work(kind, move, staged, queue=failed.destination, error=failed.text,
+                    reason=failed.route.reason, order=w.order)
 
-    def _keep(self, w: _Work, refused: PutRefused, now_ms: int) -> _Work:
+    def _keep(self, w: Work, refused: PutRefused, now_ms: int) -> Work:
         """A dead-letter home refused the message: it stays on the staging queues (IBM MQ
         leaves it on the transmission queue and stops the channel), due again after its
         target's message-retry interval, doubled each time it is kept, up to KEEP_MAX_MS; its
@@ -171,17 +171,17 @@ class _Settling:
         kept = int(headers.get(KEPT, "0")) + 1 if headers.get(KEPT, "0").isdigit() else 1
         interval = max(self.failures.retry_for(staged.target).interval_ms, 1)
         wait_ms = backoff_ms(kept, initial_ms=interval, max_ms=max(interval, KEEP_MAX_MS))
-        return self._restage(w, _Kind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},
+        return self._restage(w, WorkKind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},
                              refused.reason, f"{refused.destination}: {refused.text}", kept)
 
-    def _settle(self, work: list[_Work], now_ms: int) -> None:
+    def _settle(self, work: list[Work], now_ms: int) -> None:
         """Settle ``work``; a release the broker refuses is retried or takes the failure path,
         a dead-letter move it refuses is kept on the staging queues, and the rest of the batch
         is settled after it, without a reconnect. A refused hop, invalid, retry or keep move
         means a staging queue is missing: that is taken for an outage (the reconnect declares
         the queues again)."""
-        if any(w.kind is _Kind.EXPIRE for w in work):
-            work = [self._expired(w, now_ms) if w.kind is _Kind.EXPIRE else w for w in work]
+        if any(w.kind is WorkKind.EXPIRE for w in work):
+            work = [self._expired(w, now_ms) if w.kind is WorkKind.EXPIRE else w for w in work]
         while work:
             try:
                 self.broker.settle([w.move for w in work])
@@ -196,7 +196,7 @@ class _Settling:
                     work = [self._refused(bad, refused, now_ms), *rest]
                 elif bad.kind in _TO_DEAD_LETTER:
                     work = [self._keep(bad, refused, now_ms), *rest]
-                elif bad.kind is _Kind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
+                elif bad.kind is WorkKind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
                     # The message itself cannot be put (it would fail at every reconnect and
                     # stall the engine): kept on the invalid queue for an operator.
                     work = [self._invalid(bad.move.held, refused, plain=True), *rest]
@@ -215,22 +215,22 @@ class _Settling:
         for sink in self.sinks:
             sink(outcomes)
 
-    def _record(self, work: list[_Work], now_ms: int) -> None:
+    def _record(self, work: list[Work], now_ms: int) -> None:
         """Hand what the broker has now done to the sinks, as outcomes."""
         looks = self._next_look
         outcomes: list[Outcome] = []
         hops = 0
         for w in work:
             staged, kind = w.staged, w.kind
-            if kind is _Kind.HOP or kind is _Kind.RETRY or kind is _Kind.KEEP:
+            if kind is WorkKind.HOP or kind is WorkKind.RETRY or kind is WorkKind.KEEP:
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.
                     looks[w.queue] = min(looks[w.queue], now_ms + dwell)
-                if kind is _Kind.HOP:
+                if kind is WorkKind.HOP:
                     hops += 1
                     continue
-            if kind is _Kind.INVALID:
+            if kind is WorkKind.INVALID:
                 headers = w.move.held.message.headers
                 outcomes.append(Outcome(
                     Kind.INVALID, now_ms,
@@ -243,15 +243,15 @@ class _Settling:
                 outcomes.append(Outcome(
                     _OUTCOME[kind], now_ms, staged.message_id, staged.target, staged.due_ms,
                     staged.expires_ms,
-                    reason=w.reason or (MQFB_EXPIRATION if kind is _Kind.EXPIRE else None),
+                    reason=w.reason or (MQFB_EXPIRATION if kind is WorkKind.EXPIRE else None),
                     detail=w.error or "",
-                    queue=self.undeliverable_queue if kind is _Kind.UNDELIVERABLE else w.queue,
+                    queue=self.undeliverable_queue if kind is WorkKind.UNDELIVERABLE else w.queue,
                     size=len(w.move.held.message.body), count=w.count,
                 ))
-                if kind is _Kind.KEEP:
+                if kind is WorkKind.KEEP:
                     self._blocked.add(staged.message_id)
                     self.stats.blocked = len(self._blocked)
-                elif self._blocked and kind is not _Kind.RETRY:
+                elif self._blocked and kind is not WorkKind.RETRY:
                     self._blocked.discard(staged.message_id)
                     self.stats.blocked = len(self._blocked)
             if w.order is not None and w.order.reply_topic:

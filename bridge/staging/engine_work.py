@@ -12,7 +12,7 @@ from bridge.staging.orders import Order
 from policies.reasons import Reason
 
 
-class _Kind(Enum):
+class WorkKind(Enum):
     HOLD = "hold"  # a level head due within the horizon, kept for release
     HOP = "hop"
     RELEASE = "release"
@@ -29,10 +29,10 @@ class _Kind(Enum):
 
 
 @dataclass(slots=True)
-class _Work:
+class Work:
     """One move and what to count and log once the broker has done it."""
 
-    kind: _Kind
+    kind: WorkKind
     move: Move
     staged: Staged | None = None
     queue: str | None = None  # HOP: the queue entered; INVALID: the queue it was found on

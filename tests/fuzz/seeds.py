@@ -15,7 +15,7 @@ from typing import Any
 from pamqp import commands
 
 from bridge.frontends.stomp import serialize
-from tests.fuzz.targets import _method
+from tests.fuzz.targets import method
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -75,7 +75,7 @@ def _publish(channel: int, body: bytes, headers: dict[str, Any] | None = None,
     from pamqp import header as pheader
 
     props = commands.Basic.Properties(headers=headers, message_id="m1", content_type="text/plain")
-    return (_method(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), channel)
+    return (method(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), channel)
             + bytes(pframe.marshal(pheader.ContentHeader(0, len(body), props), channel))
             + (bytes(pframe.marshal(pbody.ContentBody(body), channel)) if body else b""))
 
@@ -83,12 +83,12 @@ def _publish(channel: int, body: bytes, headers: dict[str, Any] | None = None,
 def _amqp_seeds() -> list[bytes]:
     heartbeat = b"\x08\x00\x00\x00\x00\x00\x00\xce"
     handshake_frames = [
-        _method(commands.Connection.StartOk(client_properties={"product": "x"},
-                                            mechanism="PLAIN", response="\0u\0p")),
-        _method(commands.Connection.StartOk(mechanism="AMQPLAIN",
-                                            response="\x05LOGINS\x00\x00\x00\x01u")),
-        _method(commands.Connection.TuneOk(0, 0, 60)),
-        _method(commands.Connection.Open(virtual_host="/v")),
+        method(commands.Connection.StartOk(client_properties={"product": "x"},
+                                           mechanism="PLAIN", response="\0u\0p")),
+        method(commands.Connection.StartOk(mechanism="AMQPLAIN",
+                                           response="\x05LOGINS\x00\x00\x00\x01u")),
+        method(commands.Connection.TuneOk(0, 0, 60)),
+        method(commands.Connection.Open(virtual_host="/v")),
     ]
     open_streams = [
         _publish(1, b"abc"),
@@ -98,26 +98,26 @@ def _amqp_seeds() -> list[bytes]:
         _publish(1, b"x", {"JMSDeliveryTime": 1800000009000}, exchange="amq.topic"),
         _publish(1, b"x", {"x-delay": 1000}, routing_key="jms-bridge.staging.L12"),
         _publish(1, b"x" * 2000, {"x-delay": 1000}),  # above max_body_size
-        _method(commands.Channel.Open(), 2) + _publish(2, b"two"),
-        _method(commands.Basic.Ack(delivery_tag=1), 1),
-        _method(commands.Tx.Select(), 1) + _publish(1, b"t", {"x-delay": 9}) +
-        _method(commands.Tx.Rollback(), 1),
-        _method(commands.Channel.Close(200, "bye", 0, 0), 1)
-        + _method(commands.Channel.CloseOk(), 1),
-        _method(commands.Connection.Close(200, "bye", 0, 0))
-        + _method(commands.Connection.CloseOk()),
-        _method(commands.Connection.UpdateSecret(new_secret="s", reason="r")),
-        _method(commands.Queue.Declare(queue="q", arguments={"x-max-length": 10}), 1),
+        method(commands.Channel.Open(), 2) + _publish(2, b"two"),
+        method(commands.Basic.Ack(delivery_tag=1), 1),
+        method(commands.Tx.Select(), 1) + _publish(1, b"t", {"x-delay": 9}) +
+        method(commands.Tx.Rollback(), 1),
+        method(commands.Channel.Close(200, "bye", 0, 0), 1)
+        + method(commands.Channel.CloseOk(), 1),
+        method(commands.Connection.Close(200, "bye", 0, 0))
+        + method(commands.Connection.CloseOk()),
+        method(commands.Connection.UpdateSecret(new_secret="s", reason="r")),
+        method(commands.Queue.Declare(queue="q", arguments={"x-max-length": 10}), 1),
         heartbeat,
         _publish(1, b"abc")[:20],  # cut short
-        _method(commands.Basic.Publish(), 1) + _method(commands.Basic.Publish(), 1),
+        method(commands.Basic.Publish(), 1) + method(commands.Basic.Publish(), 1),
         b"\x01\x00\x01\x00\x00\x00\x04\x00\x3c\x00\x28\xce",  # a method with no arguments
         b"\x09\x00\x00\x00\x00\x00\x00\xce", b"\x03\x00\x05\x00\x00\x00\x01x\x00",
     ]
     seeds = [bytes([1 | 2, i % 5]) + stream for i, stream in enumerate(open_streams)]
     seeds += [bytes([0, i]) + frame for i, frame in enumerate(handshake_frames)]
     seeds.append(bytes([0, 0]) + b"".join(handshake_frames[::2])
-                 + _method(commands.Channel.Open(), 1) + _publish(1, b"x", {"x-delay": 3}))
+                 + method(commands.Channel.Open(), 1) + _publish(1, b"x", {"x-delay": 3}))
     seeds.append(bytes([2, 0]) + _publish(1, b"early"))  # before Connection.Open
     seeds.append(bytes([0, 0]) + heartbeat)
     return seeds

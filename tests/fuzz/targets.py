@@ -159,18 +159,18 @@ def stomp(data: bytes) -> None:
 
 # -- AMQP 0-9-1 --------------------------------------------------------------------------------
 
-def _method(value: Any, channel: int = 0) -> bytes:
+def method(value: Any, channel: int = 0) -> bytes:
     from pamqp import frame
 
     return bytes(frame.marshal(value, channel))
 
 
 HANDSHAKE = (
-    _method(commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
-                                        response="\0u\0p"))
-    + _method(commands.Connection.TuneOk(2047, 131072, 0))
-    + _method(commands.Connection.Open(virtual_host="/"))
-    + _method(commands.Channel.Open(), 1)
+    method(commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                       response="\0u\0p"))
+    + method(commands.Connection.TuneOk(2047, 131072, 0))
+    + method(commands.Connection.Open(virtual_host="/"))
+    + method(commands.Channel.Open(), 1)
 )
 _SCREEN = PublishScreen(Chain([StagingGuard(Layout()),
                                DelayInterceptor(fmt=rabbitmq.FORMAT, config=DelayConfig(),

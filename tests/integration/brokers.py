@@ -83,7 +83,7 @@ _probed: dict[Broker, str | None] = {}
 def require(broker: Broker) -> None:
     """Fail (CI set) or skip the calling test unless `broker` accepts a STOMP login."""
     if broker not in _probed:
-        _probed[broker] = _probe(broker)
+        _probed[broker] = probe(broker)
     problem = _probed[broker]
     if problem is None:
         return
@@ -96,7 +96,7 @@ def require(broker: Broker) -> None:
     pytest.skip(message)
 
 
-def _probe(broker: Broker) -> str | None:
+def probe(broker: Broker) -> str | None:
     """Connect, log in with the broker's credentials, disconnect; None on success."""
     connect = (
         f"CONNECT\naccept-version:1.0,1.1,1.2\nhost:{broker.vhost}\nheart-beat:0,0\n"

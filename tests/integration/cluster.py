@@ -48,7 +48,7 @@ from adapters import rabbitmq
 from bridge.staging.levels import Layout, layout_for
 from policies.endpoints import Endpoint
 from tests.integration.bridgeproc import BridgeProcess
-from tests.integration.brokers import STATE_DIR, Broker, _probe
+from tests.integration.brokers import STATE_DIR, Broker, probe
 from tests.integration.clients import connect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +117,7 @@ def management(node: Node, path: str, method: str = "GET") -> Any:
 def problem() -> str | None:
     """None when all three nodes take a STOMP login and are running members of one cluster."""
     for node in NODES:
-        why = _probe(node.broker)
+        why = probe(node.broker)
         if why is not None:
             return f"{node.name} STOMP at 127.0.0.1:{node.stomp}: {why}"
     try:

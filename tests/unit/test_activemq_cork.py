@@ -1,4 +1,4 @@
-"""adapters.activemq_puts._corked: the frames of a settle go out in few writes, in order."""
+"""adapters.activemq_puts.corked: the frames of a settle go out in few writes, in order."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Conn:
 def test_frames_sent_inside_go_out_in_one_write_in_order() -> None:
     conn = Conn()
     frames = [f"SEND\nn:{i}\n\nbody\x00".encode() for i in range(500)]
-    with activemq_puts._corked(conn):  # type: ignore[arg-type]
+    with activemq_puts.corked(conn):  # type: ignore[arg-type]
         for frame in frames:
             conn.transport.send(frame)
         assert conn.transport.writes == []
@@ -35,7 +35,7 @@ def test_frames_sent_inside_go_out_in_one_write_in_order() -> None:
 def test_a_large_batch_is_written_as_it_fills() -> None:
     conn = Conn()
     frame = b"x" * 100_000
-    with activemq_puts._corked(conn):  # type: ignore[arg-type]
+    with activemq_puts.corked(conn):  # type: ignore[arg-type]
         for _ in range(6):
             conn.transport.send(frame)
     assert b"".join(conn.transport.writes) == frame * 6
@@ -45,7 +45,7 @@ def test_a_large_batch_is_written_as_it_fills() -> None:
 
 def test_a_failed_block_writes_nothing_more_and_gives_send_back() -> None:
     conn = Conn()
-    with pytest.raises(RuntimeError), activemq_puts._corked(conn):  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError), activemq_puts.corked(conn):  # type: ignore[arg-type]
         conn.transport.send(b"SEND\n\n\x00")
         raise RuntimeError("broken")
     assert conn.transport.writes == []

@@ -1,11 +1,11 @@
 """Which statistics request counts a set of queues at once
-(adapters.activemq_statistics._wildcard_scope)."""
+(adapters.activemq_statistics.wildcard_scope)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.activemq_statistics import _wildcard_scope
+from adapters.activemq_statistics import wildcard_scope
 
 
 @pytest.mark.parametrize(
@@ -23,4 +23,4 @@ from adapters.activemq_statistics import _wildcard_scope
     ],
 )
 def test_wildcard_scope(names: list[str], scope: str | None) -> None:
-    assert _wildcard_scope(names) == scope
+    assert wildcard_scope(names) == scope

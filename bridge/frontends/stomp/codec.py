@@ -28,14 +28,14 @@ from bridge.frontends.stomp.frame import (
     NeedData,
 )
 from bridge.frontends.stomp.headers import (
-    _ESCAPES,
-    _content_length,
-    _decode_escaped,
-    _decode_plain,
-    _error,
-    _head_pattern,
-    _raw_content_length,
+    ESCAPES,
+    content_length,
+    decode_escaped,
     decode_headers,
+    decode_plain,
+    error,
+    head_pattern,
+    raw_content_length,
 )
 
 Event = Frame | HeartBeat
@@ -126,9 +126,9 @@ class FrameParser:
         self._table = unescape_table(version)
         # Plain heads (the common case) match the cheaper pattern; the escape-aware one is
         # tried only on a head that failed it and holds a backslash.
-        self._head = _head_pattern(self._command_set, None)
-        escape = _ESCAPES[version]
-        self._head_escaped = None if escape is None else _head_pattern(self._command_set, escape)
+        self._head = head_pattern(self._command_set, None)
+        escape = ESCAPES[version]
+        self._head_escaped = None if escape is None else head_pattern(self._command_set, escape)
         self._crlf = version in (None, "1.2")
         if self._partial is not None:  # re-read a half-received frame under the new rules
             self._partial = None
@@ -153,7 +153,7 @@ class FrameParser:
         self._more_len += len(data)
         buffered = len(self._data) - self._pos + self._more_len
         if buffered > self._limits.max_buffer_bytes:
-            self._error = _error(
+            self._error = error(
                 self._version,
                 "buffer-overflow",
                 "too much unread data",
@@ -289,7 +289,7 @@ class FrameParser:
             if escaped:
                 frame._lazy = self._escaped_decoder(frame.command, block)
             else:
-                frame._lazy = (_decode_plain, (block,))
+                frame._lazy = (decode_plain, (block,))
             append(frame)
             pos = end + 1
         self._pos = pos
@@ -303,8 +303,8 @@ class FrameParser:
     def _escaped_decoder(self, command: str, block: bytes) -> LazyHeaders:
         """How to decode a head with backslashes that ``_scan`` accepted."""
         if self._table is None or command in UNESCAPED_COMMANDS:
-            return (_decode_plain, (block,))  # backslashes stand for themselves
-        return (_decode_escaped, (block, self._table))
+            return (decode_plain, (block,))  # backslashes stand for themselves
+        return (decode_escaped, (block, self._table))
 
     def _scan_trusted(self, append: Callable[[Event], None]) -> None:
         """``_scan`` for a trusted peer (validate=False): frame boundaries only, headers lazy."""
@@ -407,7 +407,7 @@ class FrameParser:
         return NEED_DATA
 
     def _too_large(self, size: int) -> StompProtocolError:
-        return _error(
+        return error(
             self._version,
             "frame-too-large",
             "frame too large",
@@ -415,7 +415,7 @@ class FrameParser:
         )
 
     def _header_too_large(self, size: int) -> StompProtocolError:
-        return _error(
+        return error(
             self._version,
             "header-too-large",
             "header section too large",
@@ -497,7 +497,7 @@ class FrameParser:
             if self._validate:
                 lazy = None
                 if cr_blank and not self._crlf:
-                    raise _error(
+                    raise error(
                         self._version,
                         "bad-header",
                         "malformed header line",
@@ -505,7 +505,7 @@ class FrameParser:
                     )
                 if block:
                     if b"\0" in block:
-                        raise _error(
+                        raise error(
                             self._version, "bad-header", "NUL in headers", "a header holds NUL"
                         )
                     headers: Headers | None = decode_headers(
@@ -516,7 +516,7 @@ class FrameParser:
                             if value.isdigit() and value.isascii():
                                 length = int(value)
                             else:
-                                length = _content_length(value, self._version)
+                                length = content_length(value, self._version)
                             break
                 else:
                     headers = []
@@ -527,12 +527,12 @@ class FrameParser:
                     (block, table, self._crlf, self._version, self._max_headers),
                 )
                 if block:
-                    raw_length = _raw_content_length(block, self._crlf)
+                    raw_length = raw_content_length(block, self._crlf)
                     if raw_length is not None:
                         if raw_length.isdigit():
                             length = int(raw_length)
                         else:
-                            length = _content_length(raw_length, self._version)
+                            length = content_length(raw_length, self._version)
             offset = body_start - pos
             if length is not None and offset + length + 1 > self._max_frame:
                 raise self._too_large(offset + length + 1)
@@ -546,7 +546,7 @@ class FrameParser:
                 self._need = end + 1 - pos
                 return self._wait_for(_LEN, data, pos)
             if data[end] != 0:
-                raise _error(
+                raise error(
                     self._version,
                     "missing-nul",
                     "frame not terminated by NUL",
@@ -575,11 +575,11 @@ class FrameParser:
         try:
             command = raw_command.decode()
         except UnicodeDecodeError:
-            raise _error(
+            raise error(
                 self._version, "bad-encoding", "command is not UTF-8", f"command {raw_command!r}"
             ) from None
         if self._validate:
-            raise _error(
+            raise error(
                 self._version,
                 "unknown-command",
                 "unknown command",

@@ -25,10 +25,10 @@ def decode_headers(
     try:
         text = block.decode()
     except UnicodeDecodeError as exc:
-        raise _error(version, "bad-encoding", "header is not UTF-8", str(exc)) from None
+        raise error(version, "bad-encoding", "header is not UTF-8", str(exc)) from None
     lines = text.split("\n")
     if len(lines) > max_headers:
-        raise _error(
+        raise error(
             version,
             "too-many-headers",
             "too many headers",
@@ -41,7 +41,7 @@ def decode_headers(
     for line in lines:
         name, sep, value = line.partition(":")
         if not name or not sep:
-            raise _error(
+            raise error(
                 version,
                 "bad-header",
                 "malformed header line",
@@ -52,7 +52,7 @@ def decode_headers(
         try:
             headers = [(unescape(n, table), unescape(v, table)) for n, v in headers]
         except EscapeError as exc:
-            raise _error(
+            raise error(
                 version, "bad-escape", "bad escape in header", f"{exc} (STOMP {version or '1.2'})"
             ) from None
     return headers
@@ -65,7 +65,7 @@ def decode_headers(
 _NAME_CH = rb"[^:\n\r\\\x00\x80-\xff]"
 _VALUE_CH = rb"[^\n\r\\\x00\x80-\xff]"
 # Per version: the escapes the fast path accepts (1.0 has none: a backslash is left to _parse).
-_ESCAPES: dict[str | None, bytes | None] = {
+ESCAPES: dict[str | None, bytes | None] = {
     None: rb"\\[\\cnr]", "1.2": rb"\\[\\cnr]", "1.1": rb"\\[\\cn]", "1.0": None,
 }
 
@@ -79,21 +79,21 @@ def _line_pattern(escape: bytes | None) -> bytes:
 
 
 @functools.cache
-def _head_pattern(commands: frozenset[str], escape: bytes | None) -> re.Pattern[bytes]:
+def head_pattern(commands: frozenset[str], escape: bytes | None) -> re.Pattern[bytes]:
     """Command line, header lines (each ending LF) and the blank line, as one match."""
     longest_first = sorted(commands, key=len, reverse=True)
     names = b"|".join(re.escape(c.encode()) for c in longest_first)
     return re.compile(rb"(%s)\n((?:%s\n)*)\n" % (names, _line_pattern(escape)))
 
 
-def _decode_plain(block: bytes) -> Headers:
-    """Decode header lines (each ending LF) that ``_head_pattern`` accepted, taking backslashes
+def decode_plain(block: bytes) -> Headers:
+    """Decode header lines (each ending LF) that ``head_pattern`` accepted, taking backslashes
     as they stand (no escapes in them, or a command that is never escaped): nothing can fail."""
     return [tuple(line.split(":", 1)) for line in block.decode("ascii").split("\n")[:-1]]  # type: ignore[misc]
 
 
-def _decode_escaped(block: bytes, table: dict[str, str]) -> Headers:
-    """``_decode_plain`` for lines with escapes the pattern already checked against ``table``."""
+def decode_escaped(block: bytes, table: dict[str, str]) -> Headers:
+    """``decode_plain`` for lines with escapes the pattern already checked against ``table``."""
     headers: Headers = []
     for line in block.decode("ascii").split("\n")[:-1]:
         name, _, value = line.partition(":")
@@ -101,18 +101,18 @@ def _decode_escaped(block: bytes, table: dict[str, str]) -> Headers:
     return headers
 
 
-def _error(version: str | None, kind: str, message: str, detail: str) -> StompProtocolError:
+def error(version: str | None, kind: str, message: str, detail: str) -> StompProtocolError:
     return StompProtocolError(message, kind=kind, detail=detail, version=version)
 
 
-def _content_length(value: str | bytes | None, version: str | None) -> int | None:
+def content_length(value: str | bytes | None, version: str | None) -> int | None:
     """A content-length value as an int; anything but ASCII decimal digits is an error."""
     if value is None:
         return None
     if value.isdigit() and value.isascii():
         return int(value)
     shown = value if isinstance(value, str) else value.decode("utf-8", "replace")
-    raise _error(
+    raise error(
         version,
         "bad-content-length",
         "bad content-length",
@@ -120,7 +120,7 @@ def _content_length(value: str | bytes | None, version: str | None) -> int | Non
     )
 
 
-def _raw_content_length(block: bytes, crlf: bool) -> bytes | None:
+def raw_content_length(block: bytes, crlf: bool) -> bytes | None:
     """The first content-length value of an undecoded header section (no escape can spell it)."""
     start = block.find(b"content-length:")
     while start > 0 and block[start - 1] != 10:  # only at the start of a line
