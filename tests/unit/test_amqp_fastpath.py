@@ -166,3 +166,19 @@ def test_the_run_stops_before_what_it_does_not_know(why: str) -> None:
         bad = bad[:len(bad) - 22] + b"\x00\x3d" + bad[len(bad) - 20:]  # class 61 in the header
         done, n, _, _ = plain_run(good + bad, 4096, 1 << 20, own=None)
     assert (done, n) == (len(good), 1)
+
+
+def test_what_followed_a_refused_publish_on_its_channel_is_dropped_by_recheck() -> None:
+    conn = opened((b"x-delay",))
+    data = (publish(1, b"later", DELAYED) + publish(1, b"a") + publish(2, b"b") + publish(1, b"c")
+            + method(commands.Basic.Qos(prefetch_count=1), 1) + publish(1, b"d", DELAYED)
+            + method(commands.Basic.Qos(prefetch_count=1), 2))
+    first, *rest = conn.client_data(data)
+    assert isinstance(first, Message)
+    conn.refuse(1, "MQRC_OPTIONS_ERROR (2046): refused")
+    kept = conn.recheck(rest)
+    assert b"".join(e.raw for e in kept) == (publish(2, b"b")
+                                             + method(commands.Basic.Qos(prefetch_count=1), 2))
+    assert [getattr(e, "publishes", None) for e in kept] == [1, None]
+    again = conn.recheck(kept)  # nothing on channel 1 left to drop
+    assert [e.raw for e in again] == [e.raw for e in kept]

@@ -25,7 +25,7 @@ reopen the channel before the broker has the bridge's Close, since that went fir
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Final
 
@@ -35,7 +35,13 @@ from pamqp import frame as pframe
 from bridge.frontends.amqp.assembler import BROKER_CONTENT, CLIENT_CONTENT, Assembler, Message
 from bridge.frontends.amqp.builders import channel_close, channel_close_ok
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
-from bridge.frontends.amqp.fastpath import Found, Screened, delivery_run, plain_run
+from bridge.frontends.amqp.fastpath import (
+    Found,
+    Screened,
+    delivery_run,
+    plain_run,
+    without_channels,
+)
 from bridge.frontends.amqp.framer import (
     FRAME_BODY,
     FRAME_HEADER,
@@ -500,6 +506,32 @@ class ProxyConnection:
             Answer(channel_close(channel, reply_code, reply_text, class_id, method_id)),
             Forward(channel_close(channel, ReplyCode.REPLY_SUCCESS, "closed by jms-bridge")),
         ]
+
+    def recheck(self, events: Iterable[Event]) -> list[Event]:
+        """Client-data events made before the bridge closed a channel, as they would have been
+        made after it: the closing channel's frames and messages dropped (the spec's rule; its
+        Close and Close-Ok still count), a run's publishes on it taken out."""
+        if not self._closing:
+            return list(events)
+        out: list[Event] = []
+        for event in events:
+            kind = type(event)
+            if kind is Frame:
+                assert isinstance(event, Frame)
+                if event.channel in self._closing and self._closing_client(event, out):
+                    continue
+            elif kind is Message:
+                assert isinstance(event, Message)
+                if event.channel in self._closing:
+                    continue
+            elif kind is PlainRun:
+                assert isinstance(event, PlainRun)
+                raw, publishes = without_channels(event.raw, self._closing)
+                if publishes:
+                    out.append(PlainRun(raw, publishes))
+                continue
+            out.append(event)
+        return out
 
     def closing(self, channel: int) -> bool:
         """Whether the bridge closed ``channel`` and still waits for a Close-Ok on it."""

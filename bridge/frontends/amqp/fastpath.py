@@ -30,6 +30,7 @@ for all of them: ``Chain.plain_delivery``) and its tag remembered until it is se
 from __future__ import annotations
 
 import struct
+from collections.abc import Container
 from typing import Final
 
 from pamqp import commands
@@ -117,6 +118,22 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
         done = pos
         count += 1
     return done, count, start < size_of, screened
+
+
+def without_channels(raw: bytes, channels: Container[int]) -> tuple[bytes, int]:
+    """A run's bytes without its frames on ``channels`` (closed by the bridge after the run was
+    found), and how many publishes are left in it."""
+    head = _HEAD.unpack_from
+    parts: list[bytes] = []
+    pos = count = 0
+    while pos < len(raw):
+        kind, channel, size = head(raw, pos)
+        end = pos + size + 8
+        if channel not in channels:
+            parts.append(raw[pos:end])
+            count += kind == 1
+        pos = end
+    return b"".join(parts), count
 
 
 # One delivery of a run: where its frames start in the chunk (method, content header, body),

@@ -18,6 +18,7 @@ import asyncio
 import inspect
 import itertools
 from collections import Counter as Tally
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -376,7 +377,9 @@ class _Link:
         back: list[bytes] = []
         side = self.side
         rewritten = 0
-        for event in events:
+        pending = deque(events)
+        while pending:
+            event = pending.popleft()
             if type(event) is PlainRun:  # publishes nobody needs to see: as they came
                 up.append(event.raw)
                 continue
@@ -392,6 +395,7 @@ class _Link:
                 if found is not None:  # a refusal's Channel.Close both ways
                     for made in found:  # type: ignore[union-attr]
                         (back if type(made) is Answer else up).append(made.raw)
+                    pending = deque(self.conn.recheck(pending))
                     continue
             if type(event) is Message:
                 out = await self._offer(event)
@@ -399,9 +403,10 @@ class _Link:
                     if out is not event.raw:
                         rewritten += 1
                     up.append(out)
-                else:
+                else:  # refused: what followed on its channel is dropped, as after its Close
                     for made in out:
                         (back if type(made) is Answer else up).append(made.raw)
+                    pending = deque(self.conn.recheck(pending))
                 if rewritten >= FLUSH_EVERY:  # the broker starts on them while we go on
                     self._flush(up, back)
                     up, back, rewritten = [], [], 0
