@@ -3,6 +3,7 @@ feeding (whole, one byte at a time, with trailing data)."""
 
 from __future__ import annotations
 
+import random
 import struct
 from typing import Any
 
@@ -44,6 +45,17 @@ def publish(channel: int, data: bytes, props: commands.Basic.Properties | None =
 
 
 HEARTBEAT = raw_frame(8, 0, b"")
+
+
+def random_chunks(data: bytes, rng: random.Random,
+                  sizes: tuple[int, ...] = (1, 7, 64, 1000, 5000, 50_000)) -> list[bytes]:
+    """``data`` cut into pieces of sizes drawn from ``sizes``, as reads may cut a stream."""
+    out, at = [], 0
+    while at < len(data):
+        step = rng.choice(sizes)
+        out.append(data[at:at + step])
+        at += step
+    return out
 
 
 def chunked(data: bytes, mode: str) -> list[bytes]:

@@ -27,7 +27,7 @@ from bridge.intercept.guard import StagingGuard
 from bridge.intercept.redelivery import RedeliveryInterceptor
 from bridge.staging.levels import layout_for
 from policies.redelivery import PolicyTable
-from tests.unit.amqp_wire import HEADER, HEARTBEAT, body, content_header, method
+from tests.unit.amqp_wire import HEADER, HEARTBEAT, body, content_header, method, random_chunks
 
 B = commands.Basic
 C = commands.Connection
@@ -118,16 +118,6 @@ def stream(items: list[tuple[Any, ...]]) -> bytes:
     return b"".join(out)
 
 
-def cut(data: bytes, seed: int) -> list[bytes]:
-    rnd = random.Random(seed)
-    chunks, pos = [], 0
-    while pos < len(data):
-        step = rnd.choice([1, 7, 64, 900, 5000, 100_000])
-        chunks.append(data[pos:pos + step])
-        pos += step
-    return chunks
-
-
 def view_of(d: Any) -> tuple[Any, ...]:
     return (d.destination, d.subscription, d.ack_id, dict(d.headers.items()), d.body_size,
             d.redelivered)
@@ -141,7 +131,8 @@ def test_the_fast_path_does_what_the_framed_path_does(items: list[tuple[Any, ...
     seen: dict[bool, Any] = {}
     for fast in (True, False):
         conn, consumer_side = side(fast)
-        sent = b"".join(broker(conn, consumer_side, chunk) for chunk in cut(data, seed))
+        sent = b"".join(broker(conn, consumer_side, chunk) for chunk in random_chunks(
+            data, random.Random(seed), (1, 7, 64, 900, 5000, 100_000)))
         unacked = {tag: (held.message.raw, view_of(held.view))
                    for tag, held in consumer_side.consumers._chan(1).unacked.items()}
         # The client fails everything on channel 1: the chain is offered every view.

@@ -17,7 +17,16 @@ from bridge.frontends.amqp import AmqpProtocolError, Message, ProxyConnection
 from bridge.frontends.amqp.builders import publish_frames
 from bridge.frontends.amqp.connection import TAIL_MAX, PlainRun
 from bridge.frontends.amqp.fastpath import plain_run
-from tests.unit.amqp_wire import HEADER, HEARTBEAT, body, content_header, method, publish, raw_frame
+from tests.unit.amqp_wire import (
+    HEADER,
+    HEARTBEAT,
+    body,
+    content_header,
+    method,
+    publish,
+    random_chunks,
+    raw_frame,
+)
 
 C = commands.Connection
 HANDSHAKE = (HEADER
@@ -84,22 +93,13 @@ def message(rng: random.Random, channel: int, screening: bool) -> bytes:
     return raw_frame(1, channel, b"\x00\x3c\x00\x28\x00\x00\x01q", end=0x00)  # bad frame end
 
 
-def chunks_of(data: bytes, rng: random.Random) -> list[bytes]:
-    out, at = [], 0
-    while at < len(data):
-        step = rng.choice([1, 7, 64, 1000, 5000, 50_000])
-        out.append(data[at:at + step])
-        at += step
-    return out
-
-
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), needles=st.sampled_from([(), (b"x-delay",)]))
 def test_fast_and_framed_paths_agree(seed: int, needles: tuple[bytes, ...]) -> None:
     rng = random.Random(seed)
     stream = b"".join(message(rng, rng.choice([1, 1, 2]), bool(needles))
                        for _ in range(rng.randint(1, 40)))
-    chunks = chunks_of(stream, rng)
+    chunks = random_chunks(stream, rng)
     framed = run(opened(None), chunks)
     fast = run(opened(needles), chunks)
     assert fast["up"] == framed["up"]
