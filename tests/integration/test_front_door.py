@@ -78,7 +78,9 @@ def test_idle_and_garbage_connections_never_reach_the_broker(door: BridgeProcess
         reply = _read_all(s, 2.0)
         assert reply.startswith(b"ERROR\n"), reply  # answered by the bridge, and closed
     time.sleep(0.5)
-    assert _sockets_to(door.proc.pid, broker_port) == before  # not one upstream connection
+    # Not one upstream connection for them (at most as many as before: one the bridge opened
+    # for itself while it started may have closed since).
+    assert _sockets_to(door.proc.pid, broker_port) <= before
     for s in idle + garbage:
         s.close()
 
@@ -139,7 +141,9 @@ def test_amqp_idle_and_other_protocols_never_reach_the_broker(door: BridgeProces
         reply = _read_all(s, 2.0)
         assert reply == AMQP_HEADER, reply  # RabbitMQ's answer to another protocol, then closed
     time.sleep(0.5)
-    assert _sockets_to(door.proc.pid, broker_port) == before  # not one upstream connection
+    # Not one upstream connection for them (at most as many as before: one the bridge opened
+    # for itself while it started may have closed since).
+    assert _sockets_to(door.proc.pid, broker_port) <= before
     for s in idle + half:
         reply = _read_all(s, 3.0)  # closed by the handshake timeout (1.5 s), nothing said
         assert reply == b"", reply

@@ -1,7 +1,8 @@
 """The delivery fast path (``fastpath.delivery_run`` in ``ProxyConnection.broker_data``, carried
 out by ``ConsumerSide``) against the framed path it shortcuts: on random streams from the
 broker (deliveries plain and redelivered, with and without the headers the chain names, to
-consumers that acknowledge and that do not, Basic.GetOk, heartbeats and other methods), cut
+consumers that acknowledge and that do not, Basic.GetOk, publisher confirms, heartbeats and
+other methods), cut
 into random chunks, both must hand the client the same bytes, remember the same unsettled
 deliveries, and offer the chain the same views and messages when the client fails them."""
 
@@ -93,6 +94,7 @@ ITEM = st.one_of(
     st.tuples(st.just("get"), st.just(1), st.booleans(), HEADERS, st.just(3)),
     st.tuples(st.just("heartbeat"), st.just(0), st.just(False), st.none(), st.just(0)),
     st.tuples(st.just("method"), st.just(1), st.just(False), st.none(), st.just(0)),
+    st.tuples(st.just("confirm"), st.sampled_from([1, 3]), st.booleans(), st.none(), st.just(0)),
 )
 
 
@@ -104,6 +106,8 @@ def stream(items: list[tuple[Any, ...]]) -> bytes:
             out.append(HEARTBEAT)
         elif kind == "method":
             out.append(method(B.QosOk(), channel))
+        elif kind == "confirm":  # a publisher confirm, on a consumer's channel or another
+            out.append(method(B.Ack(delivery_tag=7, multiple=redelivered), channel))
         else:
             tags[channel] += 1
             if kind == "deliver":
@@ -147,8 +151,8 @@ def test_the_fast_path_does_what_the_framed_path_does(items: list[tuple[Any, ...
 def test_a_chunk_of_plain_deliveries_is_one_run() -> None:
     data = b"".join(delivery(1, tag, redelivered=False, headers={"a": "b"}, size=5000)
                     for tag in (1, 2, 3))
-    done, found, short = delivery_run(data, own=100)
-    assert not short
+    done, found, confirms, short = delivery_run(data, own=100)
+    assert not short and confirms == 0
     assert done == len(data)
     assert [(f[4], f[5], f[6]) for f in found] == [(1, b"acks", t) for t in (1, 2, 3)]
     conn, consumer_side = side(fast=True)
@@ -161,6 +165,10 @@ def test_a_run_ends_at_a_redelivery_a_partial_message_or_the_bridges_own_channel
     plain = delivery(1, 1, redelivered=False, headers=None, size=10)
     again = delivery(1, 2, redelivered=True, headers=None, size=10)
     assert delivery_run(plain + again, own=100) == (len(plain), delivery_run(plain, own=100)[1],
-                                                    False)
-    assert delivery_run(plain + plain[:-1], own=100)[::2] == (len(plain), True)  # held back
-    assert delivery_run(plain, own=1) == (0, [], False)
+                                                    0, False)
+    done, _, _, short = delivery_run(plain + plain[:-1], own=100)
+    assert (done, short) == (len(plain), True)  # the rest is held back
+    assert delivery_run(plain, own=1) == (0, [], 0, False)
+    confirm = method(B.Ack(delivery_tag=9, multiple=True), 1)
+    assert delivery_run(confirm + plain + confirm, own=100)[::2] == (2 * len(confirm) + len(plain),
+                                                                    2)

@@ -120,17 +120,20 @@ class PlainRun:
 
 
 class DeliveryRun:
-    """Whole plain deliveries from the broker, found on the bytes (``fastpath.delivery_run``):
-    ``deliveries`` holds each one's offsets in ``raw`` and its fields."""
+    """Whole plain deliveries and publisher confirms from the broker, found on the bytes
+    (``fastpath.delivery_run``): ``deliveries`` holds each delivery's offsets in ``raw`` and
+    its fields; ``confirms`` counts the Basic.Acks between them, relayed as they came."""
 
-    __slots__ = ("raw", "deliveries")
+    __slots__ = ("raw", "deliveries", "confirms")
 
-    def __init__(self, raw: bytes, deliveries: list[Found]) -> None:
+    def __init__(self, raw: bytes, deliveries: list[Found], confirms: int = 0) -> None:
         self.raw = raw
         self.deliveries = deliveries
+        self.confirms = confirms
 
     def __repr__(self) -> str:
-        return f"DeliveryRun({len(self.deliveries)} deliveries, {len(self.raw)} bytes)"
+        return (f"DeliveryRun({len(self.deliveries)} deliveries, {self.confirms} confirms, "
+                f"{len(self.raw)} bytes)")
 
 
 class Answer:
@@ -427,10 +430,11 @@ class ProxyConnection:
             if self._broker_tail:
                 data, self._broker_tail = self._broker_tail + data, b""
             if not any(n in data for n in needles):
-                done, found, short = delivery_run(data, self.own_channel)
+                done, found, confirms, short = delivery_run(data, self.own_channel)
                 out: list[Event] = []
                 if done:
-                    out.append(DeliveryRun(data[:done] if done < len(data) else data, found))
+                    out.append(DeliveryRun(data[:done] if done < len(data) else data, found,
+                                           confirms))
                 if short and len(data) - done <= TAIL_MAX:  # the same for a delivery
                     self._broker_tail = data[done:]
                     return out

@@ -38,6 +38,7 @@ from pamqp import commands
 FRAME_END: Final = 0xCE
 _PUBLISH: Final = commands.Basic.Publish.index
 _DELIVER: Final = commands.Basic.Deliver.index
+_ACK: Final = commands.Basic.Ack.index
 _BASIC: Final = commands.Basic.frame_id
 _HEAD = struct.Struct(">BHI")
 _METHOD_INDEX = struct.Struct(">I")
@@ -141,38 +142,46 @@ def without_channels(raw: bytes, channels: Container[int]) -> tuple[bytes, int]:
 Found = tuple[int, int, int, int, int, bytes, int]
 
 
-def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], bool]:
-    """(bytes, deliveries, short): how many leading bytes of ``data`` are whole deliveries of
-    the plain kind (Basic.Deliver with its arguments only, the redelivered bit clear, on a
-    channel other than 0 and ``own``, its content header of class Basic and its body frames
-    adding up to the size announced), each one's offsets and fields, and whether what follows
-    them is such a delivery so far, cut short by the end of ``data``. The broker is trusted to
-    keep within the frame size it agreed; its frames are checked here only for what is read."""
+def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], int, bool]:
+    """(bytes, deliveries, confirms, short): how many leading bytes of ``data`` are whole
+    deliveries of the plain kind (Basic.Deliver with its arguments only, the redelivered bit
+    clear, on a channel other than 0 and ``own``, its content header of class Basic and its
+    body frames adding up to the size announced) and publisher confirms (Basic.Ack frames,
+    which nobody on the bridge reads), each delivery's offsets and fields, how many confirms,
+    and whether what follows them is such a delivery or confirm so far, cut short by the end
+    of ``data``. The broker is trusted to keep within the frame size it agreed; its frames are
+    checked here only for what is read."""
     head = _HEAD.unpack_from
     size_of = len(data)
     found: list[Found] = []
-    pos = done = 0
+    pos = done = confirms = 0
     while True:
         start = pos
         if pos + 7 > size_of:
             break
         kind, channel, size = head(data, pos)
         end = pos + size + 8
-        if kind != 1 or channel == 0 or channel == own or size < 16:
-            return done, found, False
+        if kind != 1 or channel == 0 or channel == own or size < 13:
+            return done, found, confirms, False
         if end > size_of:
             break
-        if (data[end - 1] != FRAME_END
-                or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != _DELIVER):
-            return done, found, False
+        index = _METHOD_INDEX.unpack_from(data, pos + 7)[0]
+        if data[end - 1] != FRAME_END:
+            return done, found, confirms, False
+        if index == _ACK and size == 13:  # a publisher confirm: delivery tag, multiple bit
+            confirms += 1
+            done = pos = end
+            continue
+        if index != _DELIVER or size < 16:
+            return done, found, confirms, False
         at = pos + 12 + data[pos + 11]  # past the consumer tag
         if at + 11 > end:
-            return done, found, False
+            return done, found, confirms, False
         exchange_at = at + 9
         key_at = exchange_at + 1 + data[exchange_at]
         if (data[at + 8] & 1 or key_at >= end - 1
                 or key_at + 1 + data[key_at] != end - 1):
-            return done, found, False  # redelivered, or not the plain layout
+            return done, found, confirms, False  # redelivered, or not the plain layout
         consumer = data[pos + 12:at]
         tag = _TAG.unpack_from(data, at)[0]
         header_at = pos = end
@@ -181,12 +190,12 @@ def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], bool]:
         kind, on, size = head(data, pos)
         end = pos + size + 8
         if kind != 2 or on != channel or size < 14:
-            return done, found, False
+            return done, found, confirms, False
         if end > size_of:
             break
         content_class, _, body_size = _CONTENT.unpack_from(data, pos + 7)
         if data[end - 1] != FRAME_END or content_class != _BASIC:
-            return done, found, False
+            return done, found, confirms, False
         body_at = pos = end
         got = 0
         while got < body_size:
@@ -195,15 +204,15 @@ def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], bool]:
             kind, on, size = head(data, pos)
             end = pos + size + 8
             if kind != 3 or on != channel or got + size > body_size:
-                return done, found, False
+                return done, found, confirms, False
             if end > size_of:
                 break
             if data[end - 1] != FRAME_END:
-                return done, found, False
+                return done, found, confirms, False
             got += size
             pos = end
         if got != body_size:
             break
         done = pos
         found.append((start, header_at, body_at, pos, channel, consumer, tag))
-    return done, found, start < size_of
+    return done, found, confirms, start < size_of

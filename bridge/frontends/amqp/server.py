@@ -64,6 +64,7 @@ _ids = itertools.count(1)
 CHANNEL_OPEN_OK = commands.Channel.OpenOk.index
 BASIC_PUBLISH = commands.Basic.Publish.index
 BASIC_DELIVER = commands.Basic.Deliver.index
+BASIC_ACK = commands.Basic.Ack.index
 CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
 
 
@@ -369,6 +370,7 @@ class _Link:
                 tally[BASIC_PUBLISH] += event.publishes  # type: ignore[union-attr]
             elif kind is DeliveryRun:
                 tally[BASIC_DELIVER] += len(event.deliveries)  # type: ignore[union-attr]
+                tally[BASIC_ACK] += event.confirms  # type: ignore[union-attr]
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""

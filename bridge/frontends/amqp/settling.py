@@ -266,8 +266,9 @@ class ConsumerSide:
         return message.raw
 
     def _run(self, run: DeliveryRun) -> bytes:
-        """A run of plain deliveries: each remembered (when it must be settled) and stamped
-        with the chain's decision for plain deliveries, the rest of its bytes as they came."""
+        """A run of plain deliveries and confirms: each delivery remembered (when it must be
+        settled) and stamped with the chain's decision for plain deliveries, the rest of its
+        bytes as they came."""
         raw = run.raw
         track = self.consumers.delivered_plain if self.settles else None
         stamp = self._plain_stamp
@@ -277,11 +278,14 @@ class ConsumerSide:
                     track(channel, consumer, tag, raw[start:end])
             return raw
         parts: list[bytes] = []
+        at = 0  # what is between two deliveries (confirms) goes as it came
         for start, header_at, body_at, end, channel, consumer, tag in run.deliveries:
             if track is not None:
                 track(channel, consumer, tag, raw[start:end])
-            parts += (raw[start:header_at], stamped_header(raw[header_at:body_at], stamp),
+            parts += (raw[at:header_at], stamped_header(raw[header_at:body_at], stamp),
                       raw[body_at:end])
+            at = end
+        parts.append(raw[at:])
         return b"".join(parts)
 
     def broker_lost(self, why: str) -> None:
