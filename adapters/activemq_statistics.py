@@ -15,7 +15,7 @@ import json
 import queue as queues
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
@@ -101,34 +101,14 @@ class Statistics(Connection):
     ) -> dict[str, int]:
         """Ask ActiveMQ.Statistics.Destination.<expression> and read its replies to the end of
         the list: ``field`` of each of ``names`` answered for, 0 for the rest."""
-        conn, inbox = self._statistics()
-        with contextlib.suppress(queues.Empty):
-            while True:  # leftovers of a request that timed out
-                inbox.get_nowait()
-        cid = f"jb-stats-{uuid.uuid4().hex}"
-        expires = str(time.time_ns() // 1_000_000 + 60_000)
         sizes = dict.fromkeys(names, 0)
         try:
-            conn.send(
-                STATISTICS + expression, b"",
-                headers={"reply-to": STATISTICS_REPLY, "correlation-id": cid,
-                         STATISTICS_END: "true", "expires": expires},
-            )
             # Short: this runs in the release loop, and a local broker answers in milliseconds.
-            deadline = time.monotonic() + STATISTICS_TIMEOUT_S
-            while True:
-                frame = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
-                if frame is None:
-                    raise BrokerUnavailable(f"{self._where()}: statistics connection lost")
-                if frame.headers.get("correlation-id", cid) != cid:
-                    continue
-                values = map_message_json(frame.body)
-                name = str(values.get("destinationName") or "")
-                if not name:
-                    return sizes  # the end of the list
+            for name, values in self._statistics_rows(expression, STATISTICS_TIMEOUT_S):
                 queue = name.removeprefix("queue://")
                 if queue in sizes and field in values:
                     sizes[queue] = int(str(values[field]))
+            return sizes
         except queues.Empty:
             self._close_statistics()
             raise BrokerUnavailable(
@@ -139,6 +119,37 @@ class Statistics(Connection):
         except (StompException, OSError, ValueError) as exc:
             self._close_statistics()
             raise BrokerUnavailable(f"{self._where()}: statistics: {exc!r}") from exc
+
+    def _statistics_rows(
+        self, expression: str, timeout: float
+    ) -> Iterator[tuple[str, dict[str, object]]]:
+        """Ask ActiveMQ.Statistics.Destination.<expression> and yield (destination name, its
+        values) for each reply up to the end of the list. queues.Empty when the replies stop
+        for ``timeout`` s; StompException, OSError or ValueError as the connection or a reply
+        fails (the callers say what they asked for)."""
+        conn, inbox = self._statistics()
+        with contextlib.suppress(queues.Empty):
+            while True:  # leftovers of a request that timed out
+                inbox.get_nowait()
+        cid = f"jb-stats-{uuid.uuid4().hex}"
+        expires = str(time.time_ns() // 1_000_000 + 60_000)
+        conn.send(
+            STATISTICS + expression, b"",
+            headers={"reply-to": STATISTICS_REPLY, "correlation-id": cid,
+                     STATISTICS_END: "true", "expires": expires},
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            frame = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+            if frame is None:
+                raise BrokerUnavailable(f"{self._where()}: statistics connection lost")
+            if frame.headers.get("correlation-id", cid) != cid:
+                continue
+            values = map_message_json(frame.body)
+            name = str(values.get("destinationName") or "")
+            if not name:
+                return  # the end of the list
+            yield name, values
 
     def _statistics(self) -> tuple[Connection12, Inbox]:
         """The statistics connection, opened on first use: a translator failure on the broker

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import queue as queues
-import time
-import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
 from stomp import Connection12  # type: ignore[import-untyped]
@@ -36,7 +34,6 @@ from stomp.utils import Frame  # type: ignore[import-untyped]
 from adapters.activemq import ActiveMQ, message_from_frame
 from adapters.activemq_connection import activemq_reason
 from adapters.activemq_puts import corked, valid_destination
-from adapters.activemq_statistics import STATISTICS, STATISTICS_END, map_message_json
 from adapters.base import Message
 from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
 from policies.errors import BrokerUnavailable, PutRefused
@@ -58,30 +55,12 @@ class ActiveMQQueues(ActiveMQ):
 
     def queue_sizes(self) -> dict[str, int]:
         """Every queue, from one statistics request for ``>``."""
-        conn, inbox = self._statistics()
-        with contextlib.suppress(queues.Empty):
-            while True:
-                inbox.get_nowait()
-        cid = f"jb-stats-{uuid.uuid4().hex}"
         sizes: dict[str, int] = {}
         try:
-            conn.send(STATISTICS + ">", b"", headers={
-                "reply-to": "/temp-queue/jms-bridge-statistics", "correlation-id": cid,
-                STATISTICS_END: "true",
-                "expires": str(time.time_ns() // 1_000_000 + 60_000)})
-            deadline = time.monotonic() + LIST_TIMEOUT_S
-            while True:
-                frame = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
-                if frame is None:
-                    raise BrokerUnavailable(f"{self._where()}: statistics connection lost")
-                if frame.headers.get("correlation-id", cid) != cid:
-                    continue
-                values = map_message_json(frame.body)
-                name = str(values.get("destinationName") or "")
-                if not name:
-                    return sizes
+            for name, values in self._statistics_rows(">", LIST_TIMEOUT_S):
                 if name.startswith("queue://"):
                     sizes[name.removeprefix("queue://")] = int(str(values.get("size", 0)))
+            return sizes
         except queues.Empty:
             self._close_statistics()
             raise BrokerUnavailable(f"{self._where()}: no answer listing the queues") from None
