@@ -12,7 +12,10 @@ The messages go to ten targets of the run's own and one rare target that gets 10
 (every N/10th) with ids of the run's own (``jms-bridge-message-id``): at the end the staged
 tools are timed at that size: ``staged count``, ``staged list --target <the rare target>`` and
 ``staged cancel <one of those ids>``, each as the real command in a child process, stopped
-after ``--pending-tool-timeout`` seconds (goal: under a second).
+after ``--pending-tool-timeout`` seconds (goal: under a second). The bridge keeps a staged
+catalogue (``--staged-catalogue``, in a temporary folder; ``--pending-catalogue off`` runs
+without, as before it existed): the tools ask it instead of reading every message, and its
+file's size is printed with the other figures.
 
 On RabbitMQ the run's staging queues get ``queue-mode: lazy`` by a policy of the run's own
 (``--pending-queue-mode default`` leaves them as the bridge declares them): without it a classic
@@ -30,7 +33,10 @@ are removed: deleted on RabbitMQ (with the policy), drained on ActiveMQ.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -71,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="RabbitMQ: stop staging above this share of the memory high watermark")
     g.add_argument("--pending-tool-timeout", type=float, default=60.0,
                    help="seconds before a staged tool that has not answered is stopped")
+    g.add_argument("--pending-catalogue", choices=("on", "off"), default="on",
+                   help="the bridge keeps a staged catalogue the tools ask (default on)")
     g.add_argument("--pending-keep", action="store_true",
                    help="leave the staged messages for the restart part (scale.py sets it)")
 
@@ -100,7 +108,12 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         if lazy:
             set_lazy_policy(args)
-        bridge = ScaleBridge(broker_name, args)
+        extra: tuple[str, ...] = ()
+        if args.pending_catalogue == "on":
+            catalogue_dir = tempfile.mkdtemp(prefix="jms-bridge-catalogue-")
+            out["catalogue"] = os.path.join(catalogue_dir, "staged.db")
+            extra = ("--staged-catalogue", out["catalogue"])
+        bridge = ScaleBridge(broker_name, args, *extra)
         start_rss = bridge.rss()
         out["start"] = {"rss": start_rss, "broker": broker_figures(broker_name, args)}
         print(f"  {broker_name} pending: {n:,} messages of {args.pending_size} B, 1 h - 30 d, "
@@ -110,7 +123,8 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
               f"{start_rss['engine_mb']:.0f} MB = {start_rss['total_mb']:.0f} MB, "
               f"{show_broker(out['start']['broker'])}", flush=True)
         out["staged"], out["stopped_because"] = stage(broker_name, args, bridge, n, every,
-                                                      targets, rare, rare_ids, out["rows"])
+                                                      targets, rare, rare_ids, out["rows"],
+                                                      out.get("catalogue"))
         out["peak_total_mb"] = max(r["rss"]["total_mb"] for r in out["rows"]) if out["rows"] \
             else None
         if out["staged"]:
@@ -120,6 +134,8 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if bridge is not None:
             bridge.stop()
+        if out.get("catalogue"):
+            shutil.rmtree(os.path.dirname(out["catalogue"]), ignore_errors=True)
         if keep:
             args.pending_handoff = {"staged": out.get("staged", 0), "broker": broker_name}
         else:
@@ -135,9 +151,16 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def catalogue_mb(path: str | None) -> float | None:
+    """The staged catalogue's size on disk: its file and its write-ahead log."""
+    if path is None:
+        return None
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p)) / 1e6
+
+
 def stage(broker_name: str, args: argparse.Namespace, bridge: ScaleBridge, n: int, every: int,
           targets: list[str], rare: str, rare_ids: list[str],
-          rows: list[dict[str, Any]]) -> tuple[int, str | None]:
+          rows: list[dict[str, Any]], catalogue: str | None = None) -> tuple[int, str | None]:
     """Send n delayed messages; a row of figures every ``every``. Returns how many were
     receipted, and why staging stopped early (None: it did not)."""
     rng = random.Random(1)
@@ -173,13 +196,16 @@ def stage(broker_name: str, args: argparse.Namespace, bridge: ScaleBridge, n: in
             if confirmed % every == 0 or confirmed == n:
                 t = time.perf_counter()
                 row = {"staged": confirmed, "rate": (confirmed - mark_n) / (t - mark_t),
-                       "rss": bridge.rss(), "broker": broker_figures(broker_name, args)}
+                       "rss": bridge.rss(), "broker": broker_figures(broker_name, args),
+                       "catalogue_mb": catalogue_mb(catalogue)}
                 mark_t, mark_n = time.perf_counter(), confirmed
                 rows.append(row)
                 print(f"  {broker_name} pending: {confirmed:>11,} staged, {row['rate']:>6,.0f}/s; "
                       f"bridge {row['rss']['bridge_mb']:.0f} MB + engine "
                       f"{row['rss']['engine_mb']:.0f} MB = {row['rss']['total_mb']:.0f} MB RSS; "
-                      f"{show_broker(row['broker'])}", flush=True)
+                      f"{show_broker(row['broker'])}"
+                      + (f"; catalogue {row['catalogue_mb']:,.0f} MB on disk"
+                         if catalogue else ""), flush=True)
                 why = broker_limit(broker_name, args, row["broker"])
                 if why:
                     return confirmed, why
@@ -224,6 +250,11 @@ def time_tools(broker_name: str, args: argparse.Namespace, rare: str, rare_ids: 
         if t["code"] == 3:
             print(f"  {broker_name} pending: finding: `staged {t['command']}` did not find a "
                   f"message that is staged", flush=True)
+    listed = results[1]
+    if not listed["timed_out"] and listed["code"] == 0 and listed["lines"] != RARE + 1:
+        listed["error"] = f"listed {listed['lines'] - 1} of the rare target's {RARE}"
+        print(f"error: {broker_name} pending: staged list --target listed "
+              f"{listed['lines'] - 1} messages; {RARE} were sent there", flush=True)
     counted = results[0]["output"].strip()
     if not results[0]["timed_out"] and counted.isdigit() and int(counted) < staged:
         results[0]["error"] = f"counted {counted}, {staged:,} staged"

@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--journal", metavar="DIR",
                      help="write every message's events as JSON lines to files in DIR (off "
                           "unless given)")
+    run.add_argument("--staged-catalogue", metavar="FILE",
+                     help="index the messages this bridge stages in this SQLite file, so that "
+                          "`staged list` and `cancel` answer without reading the staging "
+                          "queues (off unless given)")
     staged = commands.add_parser("staged", help="list, count, cancel or release staged messages")
     actions = staged.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = actions.add_parser("list", help="staged messages, soonest first")
@@ -106,10 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target", metavar="DEST", help="only those sent to DEST")
     listing.add_argument("--message-id", metavar="ID", help="only the one with this id")
     listing.add_argument("--json", action="store_true", help="JSON instead of a table")
+    for p in (listing, counting):
+        _scan_flag(p)
     for name, what in (("cancel", "never deliver it"), ("release", "deliver it now")):
         p = actions.add_parser(name, help=f"find a staged message by its original id and {what}")
         _connection_flags(p)
         p.add_argument("message_id", metavar="ID")
+        if name == "cancel":
+            _scan_flag(p)
         p.add_argument("--journal", metavar="DIR",
                        help="journal what this tool does itself here (the bridge's journal "
                             "folder; an engine that holds the message journals it there)")
@@ -134,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(replay)
     add_replay_arguments(replay)
     return parser
+
+
+def _scan_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scan", action="store_true",
+                        help="read the staging queues even where every running bridge keeps a "
+                             "staged catalogue (slow with millions pending)")
 
 
 def _policy(ns: argparse.Namespace, settings: Settings) -> int:
@@ -168,7 +182,8 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
         if ns.action in ("list", "count"):
             unseen: dict[str, tuple[int, int]] = {}
             found = list(tools.rows(broker, layout, target=ns.target,
-                                    message_id=getattr(ns, "message_id", None), unseen=unseen))
+                                    message_id=getattr(ns, "message_id", None), unseen=unseen,
+                                    scan=ns.scan))
             if unseen:
                 print(tools.unseen_warning(unseen), file=sys.stderr)
             if ns.action == "count":
@@ -177,7 +192,7 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
                 print(tools.render(found, as_json=ns.json))
             return 0
         if ns.action == "cancel":
-            outcome = tools.cancel(broker, layout, ns.message_id)
+            outcome = tools.cancel(broker, layout, ns.message_id, scan=ns.scan)
         else:
             outcome = tools.release_now(broker, layout, ns.message_id)
         if outcome is None:
@@ -226,7 +241,8 @@ def _replay(ns: argparse.Namespace, settings: Settings) -> int:
 
 
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
-    skip = {"command", "config", "action", "target", "message_id", "json", "destination", "user",
+    skip = {"command", "config", "action", "target", "message_id", "json", "scan", "destination",
+            "user",
             "upto", "archive", "rate", "ledger", "partitions", "out", "master", *dlq.OWN_KEYS}
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 

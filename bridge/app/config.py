@@ -91,6 +91,8 @@ class Settings:
     admin_token_file: str | None = None
     # The event journal's folder (``bridge.app.journal``); None: no journal.
     journal: str | None = None
+    # The staged catalogue's SQLite file (``bridge.staging.catalogue``); None: none.
+    staged_catalogue: str | None = None
 
 
 def _flag(name: str) -> str:
@@ -274,6 +276,11 @@ def _convert(name: str, value: Any, source: str) -> Any:
         v = str(value).strip()
         if not v:
             raise ConfigError(f"{what}: expected a folder, got {value!r}")
+        return v
+    if name == "staged-catalogue":
+        v = str(value).strip()
+        if not v or v.endswith("/"):
+            raise ConfigError(f"{what}: expected the path of a file, got {value!r}")
         return v
     if name == "message-retry":
         if isinstance(value, str) and not value.strip()[:1].isdigit():  # YAML text

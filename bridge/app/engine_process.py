@@ -32,9 +32,11 @@ from bridge.app import logs
 from bridge.app.brokers import staging_broker
 from bridge.app.config import Settings
 from bridge.app.journal import JournalSink, JournalSpec, JournalWriter
+from bridge.staging.catalogue import Catalogue, CatalogueSink, CatalogueWriter
 from bridge.staging.engine import Engine
 from bridge.staging.failures import FailureSettings
 from bridge.staging.levels import Layout
+from bridge.staging.outcomes import Sink
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
 
@@ -144,17 +146,25 @@ def _main(
     if journal is not None:  # the engine's own files, next to the bridge's
         spec, counters = journal
         writer = JournalWriter(spec, "engine", counters=counters).start()
+    sinks: list[Sink] = [JournalSink(writer)] if writer is not None else []
+    catalogue: Catalogue | None = None
+    if settings.staged_catalogue:  # the same file as the bridge's process writes
+        keeper = CatalogueWriter(settings.staged_catalogue).start()
+        catalogue = Catalogue(settings.staged_catalogue, keeper)
+        sinks.append(CatalogueSink(keeper))
     engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots),
                     level_prefetch=settings.staging_level_prefetch,
-                    backoff_s=RECONNECT_S, backoff_jitter=RECONNECT_JITTER,
-                    sinks=[JournalSink(writer)] if writer is not None else [],
+                    backoff_s=RECONNECT_S, backoff_jitter=RECONNECT_JITTER, sinks=sinks,
                     failures=FailureSettings(settings.message_retry, settings.redelivery,
-                                             settings.undelivered_queue))
+                                             settings.undelivered_queue),
+                    catalogue=catalogue)
     try:
         engine.run(asked)
     finally:
         if writer is not None:
             writer.close()
+        if catalogue is not None:
+            catalogue.close()
 
 
 class _Asked:

@@ -27,6 +27,7 @@ from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
 from bridge.intercept.guard import StagingGuard
 from bridge.intercept.redelivery import RedeliveryInterceptor
+from bridge.staging.catalogue import CatalogueSink, CatalogueWriter
 from bridge.staging.levels import Layout, layout_for
 from bridge.staging.outcomes import FailureTally, LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
@@ -146,7 +147,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     staging.register(metrics.registry)
     targets = target_checks(settings)
     journal = Journal.open(settings, metrics.registry)
-    journaled = journal.sinks if journal is not None else []
+    catalogue = (CatalogueWriter(settings.staged_catalogue).start()
+                 if settings.staged_catalogue else None)
+    # Where the delay and redelivery interceptors' outcomes are recorded: the journal, the
+    # staged catalogue (the engine's process records its own).
+    recorders: list[Sink] = [*(journal.sinks if journal is not None else []),
+                             *([CatalogueSink(catalogue)] if catalogue is not None else [])]
     _check_free(settings)
     # The engine's process starts first: it imports and connects while the front-ends and the
     # admin API are imported and set up (started after them, a restarted bridge's first
@@ -160,13 +166,15 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         engine.start()
     try:
         await _serve(settings, log, loop, ready, _Started(
-            engine, staging, metrics, journaled, layout, watch, soft_files, tokens, tls_files,
+            engine, staging, metrics, recorders, layout, watch, soft_files, tokens, tls_files,
             upstream_ssl, config, fmt, targets))
     finally:
         if engine is not None:
             await engine.close()
         if journal is not None:
             journal.close()
+        if catalogue is not None:
+            catalogue.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +184,7 @@ class _Started:
     engine: EngineProcess | None
     staging: StagingStats
     metrics: Metrics
-    journaled: Sequence[Sink]
+    recorders: Sequence[Sink]  # the journal's and the staged catalogue's sinks
     layout: Layout
     watch: BrokerWatch
     soft_files: tuple[int, int]
@@ -198,14 +206,14 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     from bridge.frontends.stomp import Limits
     from bridge.frontends.stomp.server import StompServer
 
-    engine, staging, metrics, journaled = (started.engine, started.staging, started.metrics,
-                                           started.journaled)
+    engine, staging, metrics, recorders = (started.engine, started.staging, started.metrics,
+                                           started.recorders)
     layout, watch, soft_files = started.layout, started.watch, started.soft_files
     tokens, tls_files, upstream_ssl = started.tokens, started.tls_files, started.upstream_ssl
     config, fmt, targets = started.config, started.fmt, started.targets
     guard = StagingGuard(layout)
     delay = DelayInterceptor(fmt=fmt, config=config, layout=layout,
-                             sinks=[StatsSink(staging), *journaled], targets=targets)
+                             sinks=[StatsSink(staging), *recorders], targets=targets)
     chain = Chain([
         guard,
         delay,
@@ -213,7 +221,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
             table=settings.redelivery, fmt=fmt, layout=layout,
             undelivered=f"/queue/{settings.undelivered_queue}",
             sinks=[FailureTally(metrics.relay.redeliveries, metrics.relay.dead_letters),
-                   LogSink(logs.get("redelivery")), *journaled],
+                   LogSink(logs.get("redelivery")), *recorders],
         ),
     ])
     stomp = StompServer(

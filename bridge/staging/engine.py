@@ -36,6 +36,7 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
+from bridge.staging.catalogue import Catalogue
 from bridge.staging.engine_orders import OperatorOrders
 from bridge.staging.engine_settling import Settling
 from bridge.staging.engine_work import Work, WorkKind
@@ -125,9 +126,11 @@ class Engine(Settling, OperatorOrders):
         lead_ms: int = LEAD_MS,
         sinks: Sequence[Sink] = (),
         failures: FailureSettings | None = None,
+        catalogue: Catalogue | None = None,
     ) -> None:
         """``sinks`` get the outcomes of what the broker confirmed, after the engine's own
-        counters and log lines (``StatsSink``, ``LogSink``)."""
+        counters and log lines (``StatsSink``, ``LogSink``). ``catalogue``: the bridge's staged
+        catalogue, read to answer the tools' list orders (one of ``sinks`` keeps it)."""
         if batch < 1 or ready_prefetch < 1:
             raise ValueError("batch and ready_prefetch must be at least 1")
         if not 0 <= lead_ms <= HORIZON_MS // 2:
@@ -190,6 +193,8 @@ class Engine(Settling, OperatorOrders):
         # carried out on the held copy at once, and on any copy met while they stand.
         self._orders = Orders()
         self._answers: list[tuple[str, Message]] = []  # (reply topic, answer) to publish
+        self.catalogue = catalogue
+        self._restore_orders(clock())
         self._connected = False
         self._connected_at = 0
         self._undeclared: list[str] = []  # staging queues to declare after the connect

@@ -4,6 +4,7 @@ the copies of a message the engine holds, and answered on the reply topic they n
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
+from bridge.staging.catalogue import Catalogue
 from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import MESSAGE_ID, Staged
 from bridge.staging.orders import Action, Order, Orders, destination
@@ -30,6 +32,7 @@ class OperatorOrders:
     _buffers: dict[str, collections.deque[tuple[int, Held]]]
     _hops: collections.deque[tuple[Held, Staged]]
     _heap: list[tuple[int, int, Held, Staged]]
+    catalogue: Catalogue | None
 
     if TYPE_CHECKING:  # the engine's: the move that releases a held message now
         def _released(self, held: Held, staged: Staged, now_ms: int) -> Work: ...
@@ -38,15 +41,24 @@ class OperatorOrders:
         """An order heard on the control topic: remember it, and carry it out on every copy
         of its message this engine holds (settled with the next releases)."""
         try:
-            order = Order.of(message.headers)
+            order = Order.of_message(message)
         except ValueError as error:
             self.log.warning("ignored a message on the control topic", error=str(error))
             return
+        catalogue = self.catalogue
         if order.action is Action.LIST:
             if order.reply_topic:
-                self._answers.append((order.reply_topic, order.listing(self._held())))
+                catalogued = None
+                if order.catalogue and catalogue is not None:
+                    catalogued = catalogue.entries(now_ms=now_ms, target=order.target,
+                                                   message_id=order.message_id or None)
+                self._answers.append((order.reply_topic,
+                                      order.listing(self._held(), catalogued)))
             return
         self._orders.add(order, now_ms)
+        if catalogue is not None:
+            catalogue.forget([order.message_id])
+            catalogue.remember(order.message_id, order.action.value, now_ms + self._orders.keep_ms)
         found = self._unhold(order.message_id)
         self.log.info("operator order", order=order.action.value, message_id=order.message_id,
                       held=len(found))
@@ -56,6 +68,15 @@ class OperatorOrders:
         # subscription, where no one else can take it, long before the engine looks at it.
         for queue in self._peeked:
             self._next_look.pop(queue, None)
+
+    def _restore_orders(self, now_ms: int) -> None:
+        """The orders the catalogue kept, remembered again (after a restart: a staged cancel
+        heard before it must still drop its message)."""
+        if self.catalogue is None:
+            return
+        for message_id, action, until_ms in self.catalogue.remembered(now_ms):
+            with contextlib.suppress(ValueError):
+                self._orders.restore(Order(Action(action), message_id, "restored"), until_ms)
 
     def _held(self) -> Iterator[Held]:
         """Every staged message the engine holds between steps."""

@@ -9,7 +9,12 @@ at once (drops it, or puts it to its target) and answers on the reply topic the 
 Every engine also remembers the order for ``KEEP_MS``, and carries it out on a copy of that
 message it meets later: one that was between two queues when the order came, or a duplicate
 left by a crash. A list order is answered by every engine with the messages it holds (those
-RabbitMQ does not show on the queues), and is not remembered. Nothing here does I/O.
+RabbitMQ does not show on the queues), and, when it asks, with the rows of the engine's staged
+catalogue (``bridge.staging.catalogue``); it is not remembered.
+
+A cancel of a message due long after an engine's memory of it would last is staged itself,
+to come due a little before the message (``CANCEL_LEAD_MS``): its release puts the order on
+the control topic then, in its body. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -17,18 +22,26 @@ from __future__ import annotations
 import collections
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from adapters.base import Held, Message
+from bridge.staging.catalogue import Entry
 from bridge.staging.envelope import DUE, MESSAGE_ID, PREFIX, TARGET
 
 ORDER = PREFIX + "order"  # "cancel" or "release"
 ORDER_ID = PREFIX + "order-id"  # names the order in its answers
 REPLY_TOPIC = PREFIX + "reply-topic"  # where answers go (a topic name)
 DONE = PREFIX + "done"  # on an answer: what was done ("cancelled", "released")
+# On a LIST order: "1" = answer from your staged catalogue too. On its answer: how many rows came
+# from the catalogue (absent: the engine keeps none).
+CATALOGUE = PREFIX + "catalogue"
 KEEP_MS = 600_000
+# A staged cancel comes due this long before its message: every engine then remembers it for
+# KEEP_MS, through the message's own due time, and the engine holding the message (it takes a
+# level's head up to about a minute early) lets go of it.
+CANCEL_LEAD_MS = 300_000
 KEEP_MAX = 10_000  # orders remembered at once; the oldest are forgotten first
 
 
@@ -45,12 +58,29 @@ class Order:
     order_id: str
     reply_topic: str | None = None
     target: str | None = None  # LIST: only messages for this target
+    catalogue: bool = False  # LIST: from the engine's staged catalogue too
 
     @classmethod
     def new(
-        cls, action: Action, message_id: str, reply_topic: str, *, target: str | None = None
+        cls, action: Action, message_id: str, reply_topic: str | None, *,
+        target: str | None = None, catalogue: bool = False,
     ) -> Order:
-        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target)
+        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue)
+
+    @classmethod
+    def of_message(cls, message: Message) -> Order:
+        """The order a control message carries in its headers, or in its body as a JSON
+        object of the same headers: a cancel staged to come due (``staged_cancel``), whose
+        own headers the release has made an application's again."""
+        if ORDER in message.headers or not message.body.startswith(b"{"):
+            return cls.of(message.headers)
+        try:
+            fields = json.loads(message.body)
+        except ValueError:
+            raise ValueError("no order: a control message body that is not JSON") from None
+        if not isinstance(fields, dict):
+            raise ValueError("no order: a control message body that is not a JSON object")
+        return cls.of({str(k): str(v) for k, v in fields.items()})
 
     @classmethod
     def of(cls, headers: dict[str, str]) -> Order:
@@ -63,19 +93,27 @@ class Order:
         if not order_id or not (message_id or action is Action.LIST):
             raise ValueError(f"an order needs {MESSAGE_ID} and {ORDER_ID}")
         return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,
-                   headers.get(TARGET) or None)
+                   headers.get(TARGET) or None, headers.get(CATALOGUE) == "1")
 
-    def message(self) -> Message:
+    def headers(self) -> dict[str, str]:
         headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
         if self.reply_topic:
             headers[REPLY_TOPIC] = self.reply_topic
         if self.target:
             headers[TARGET] = self.target
-        return Message(headers, b"")
+        if self.catalogue:
+            headers[CATALOGUE] = "1"
+        return headers
 
-    def listing(self, held: Iterable[Held]) -> Message:
-        """A LIST order's answer: the held staged messages it asks for, as JSON rows (what
-        ``jms-bridge staged list`` shows: message id, target, due time, size, queue)."""
+    def message(self) -> Message:
+        return Message(self.headers(), b"")
+
+    def listing(
+        self, held: Iterable[Held], catalogued: Sequence[Entry] | None = None
+    ) -> Message:
+        """A LIST order's answer: the held staged messages it asks for, and ``catalogued``
+        (the engine's catalogue's rows, when asked and kept), as JSON rows (what ``jms-bridge
+        staged list`` shows: message id, target, due time, size, queue)."""
         rows = []
         for h in held:
             headers = h.message.headers
@@ -93,6 +131,14 @@ class Order:
             rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
                          "size": len(h.message.body), "queue": h.queue})
         answer = self.answer("listed")
+        if catalogued is not None:
+            held_ids = {r["message_id"] for r in rows}
+            # The catalogue knows where a message entered the staging queues, not where it is
+            # now: no queue.
+            rows += [{"message_id": e.message_id, "target": e.target, "due_ms": e.due_ms,
+                      "size": e.size, "queue": ""}
+                     for e in catalogued if e.message_id not in held_ids]
+            answer.headers[CATALOGUE] = str(len(catalogued))
         return Message(answer.headers, json.dumps(rows).encode())
 
     def answer(self, done: str) -> Message:
@@ -138,6 +184,10 @@ class Orders:
         self.forget(now_ms)
         while len(self._by_id) > self.keep_max:
             self._by_id.popitem(last=False)
+
+    def restore(self, order: Order, until_ms: int) -> None:
+        """An order remembered before a restart (the staged catalogue kept it)."""
+        self._by_id[order.message_id] = (until_ms, order)
 
     def get(self, message_id: str | None, now_ms: int) -> Order | None:
         """The order for ``message_id`` that still stands at ``now_ms``."""

@@ -11,6 +11,14 @@ running engines (``bridge.staging.orders``) and wait up to ``ANSWER_S`` for the 
 to answer. ``list`` and ``count`` browse the queues; where the broker does not show the
 messages consumers hold (RabbitMQ: a get does not see unacknowledged messages), they also ask
 every running engine (as many as the ready queue has consumers) for the ones it holds.
+
+With ten million pending, reading the queues takes half an hour. Bridges that keep a staged
+catalogue (``bridge.staging.catalogue``) answer instead: ``list`` (and ``count --target``)
+asks every running engine for its catalogue's rows and what it holds, and reads no queue when
+every one of them keeps one (``scan=True`` reads the queues anyway: the truth, slowly).
+``cancel`` finds the message there too; one due later than an engine remembers an order
+(``orders.CANCEL_LEAD_MS``) is cancelled by staging the order itself, to come due just before
+the message, and by telling the running engines now (they take it out of their catalogues).
 """
 
 from __future__ import annotations
@@ -24,10 +32,17 @@ from dataclasses import asdict, dataclass
 
 import structlog
 
-from adapters.base import Message, StagingBroker
+from adapters.base import Message, StagedFormat, StagingBroker
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
-from bridge.staging.orders import Action, Order, destination, rows_of
+from bridge.staging.orders import (
+    CANCEL_LEAD_MS,
+    CATALOGUE,
+    Action,
+    Order,
+    destination,
+    rows_of,
+)
 from policies.errors import BridgeError, BrokerUnavailable, PutRefused, Refused
 
 # How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
@@ -63,10 +78,19 @@ def rows(
     message_id: str | None = None,
     answer_s: float = ANSWER_S,
     unseen: dict[str, tuple[int, int]] | None = None,
+    scan: bool = False,
 ) -> Iterator[Row]:
     """The staged messages on the staging queues, and those the running engines hold where the
-    broker does not show them (each once). ``unseen`` gets the queues whose browse showed fewer
-    messages than the broker counts on them: queue -> (shown, counted)."""
+    broker does not show them (each once); or, unless ``scan``, what the running engines
+    answer from their staged catalogues when every one keeps one. ``unseen`` gets the queues
+    whose browse showed fewer messages than the broker counts on them: queue -> (shown,
+    counted)."""
+    if not scan:
+        catalogued = catalogued_rows(broker, layout, target=target, message_id=message_id,
+                                     wait_s=answer_s)
+        if catalogued is not None:
+            yield from catalogued
+            return
     seen: set[str] = set()
     for row in _queued_rows(broker, layout, target=target, message_id=message_id,
                             unseen=unseen):
@@ -92,6 +116,52 @@ def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) 
     if not broker.sees_held:
         total += len(held_rows(broker, layout, target=None, message_id=None, wait_s=answer_s))
     return total
+
+
+def catalogued_rows(
+    broker: StagingBroker, layout: Layout, *, target: str | None, message_id: str | None,
+    wait_s: float,
+) -> list[Row] | None:
+    """What the running engines answer from their staged catalogues, with what they hold;
+    None unless an engine runs and every one answered from a catalogue within ``wait_s``."""
+    engines: list[int] = []
+
+    def running() -> int:
+        try:
+            engines.append(broker.consumers(layout.ready))
+        except (BrokerUnavailable, Refused):
+            engines.append(0)
+        return engines[-1]
+
+    # RabbitMQ counts the engines at once (a passive declare); ActiveMQ's statistics plugin may
+    # not answer a user it is not for (a 10 s wait, then the connection dropped), so there it
+    # is asked only once an engine has answered.
+    if not broker.sees_held and running() == 0:
+        return None
+    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
+                      catalogue=True)
+    answers = _ask(broker, layout, order, wait_s, answers=engines[-1] if engines else running,
+                   quiet=True)
+    if not answers or not engines or len(answers) < engines[-1] or any(
+            CATALOGUE not in a.headers for a in answers):
+        return None
+    found: dict[str, Row] = {}
+    for answer in answers:
+        try:
+            for r in rows_of(answer.body):
+                row = Row(str(r["message_id"]), str(r["target"]), int(str(r["due_ms"])),
+                          int(str(r["size"])), str(r["queue"]))
+                if not _internal(row, layout):
+                    found.setdefault(row.message_id, row)
+        except (KeyError, ValueError) as error:
+            structlog.get_logger("staging.tools").warning("a bad list answer", error=str(error))
+            return None
+    return sorted(found.values(), key=lambda r: r.due_ms)
+
+
+def _internal(row: Row, layout: Layout) -> bool:
+    """A staged cancel (its target is the control topic), not an application's message."""
+    return row.target == destination(layout.control)
 
 
 def held_rows(
@@ -145,7 +215,9 @@ def _queued_rows(
                 continue
             if message_id is not None and info.message_id != message_id:
                 continue
-            yield Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
+            row = Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
+            if not _internal(row, layout):
+                yield row
         if unseen is not None and shown < counted.get(queue, 0):
             unseen[queue] = (shown, counted[queue])
 
@@ -191,6 +263,7 @@ class Outcome:
     done: str
     by_engine: bool  # a running engine held it and did it
     staged: Message | None = None  # the staged copy the tool itself took (its journal event)
+    due_ms: int | None = None  # a staged cancel: the message's due time, when it is dropped
 
     @property
     def as_asked(self) -> bool:
@@ -208,6 +281,11 @@ class Outcome:
         if self.done in ("undelivered", "dead-lettered", "discarded"):
             return (f"{self.done} {message_id}: its target refused it (see the bridge's log "
                     "for where it went)")
+        if self.done == "cancelled" and self.due_ms is not None:
+            due = dt.datetime.fromtimestamp(self.due_ms / 1000, dt.UTC).isoformat(
+                timespec="milliseconds")
+            return (f"cancelled {message_id}: it stays on the staging queues until it is due "
+                    f"({due}), and is dropped then, not delivered")
         if self.done == "kept":
             return (f"kept {message_id}: its target and its dead-letter destination refused it; "
                     "it is back on the staging queues")
@@ -216,11 +294,51 @@ class Outcome:
 
 def cancel(
     broker: StagingBroker, layout: Layout, message_id: str, *,
-    patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
+    patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S, scan: bool = False,
 ) -> Outcome | None:
     """Make sure the staged message ``message_id`` is never delivered. None when neither the
-    staging queues nor a running engine have it; Busy as ``take``."""
+    staging queues nor a running engine have it; Busy as ``take``. Unless ``scan``, a
+    message the engines' catalogues know and that is due later than ``CANCEL_LEAD_MS`` from
+    now is cancelled by a staged cancel, without reading the queues."""
+    if not scan:
+        found = catalogued_rows(broker, layout, target=None, message_id=message_id,
+                                wait_s=answer_s)
+        row = found[0] if found else None
+        now_ms = time.time_ns() // 1_000_000
+        if row is not None and row.due_ms - now_ms > CANCEL_LEAD_MS + 2 * answer_s * 1000:
+            stage_cancel(broker, layout, message_id, due_ms=row.due_ms - CANCEL_LEAD_MS,
+                         now_ms=now_ms)
+            return Outcome("cancelled", by_engine=False, due_ms=row.due_ms)
     return _carry_out(broker, layout, Action.CANCEL, message_id, None, patience_s, answer_s)
+
+
+def stage_cancel(
+    broker: StagingBroker, layout: Layout, message_id: str, *, due_ms: int, now_ms: int
+) -> None:
+    """Stage a cancel of ``message_id`` to come due at ``due_ms`` (its release puts the order
+    on the control topic), then tell the running engines now: each takes the message out of
+    its catalogue, and lets go of it if it holds it. The staged cancel is persistent and
+    confirmed by the broker before this returns."""
+    destination_, staged, order = staged_cancel(broker.format, layout, message_id,
+                                                due_ms=due_ms, now_ms=now_ms)
+    broker.publish(destination_, staged)
+    broker.publish(destination(layout.control), order.message())
+
+
+def staged_cancel(
+    fmt: StagedFormat, layout: Layout, message_id: str, *, due_ms: int, now_ms: int
+) -> tuple[str, Message, Order]:
+    """Where a cancel of ``message_id`` due at ``due_ms`` is staged, its staged copy (the order
+    in its body, for the control topic), and the order."""
+    queue = layout.queue_for(due_ms - now_ms)
+    order = Order.new(Action.CANCEL, message_id, None)
+    headers = envelope.staged_headers(
+        [("content-type", "application/json"), ("persistent", "true")], fmt,
+        target=destination(layout.control), staging_destination=fmt.client_destination(queue),
+        due_ms=due_ms, sent_ms=now_ms, expires_ms=None, drop=())
+    staged = Message({name: value for name, value in headers if name != "destination"},
+                     json.dumps(order.headers()).encode())
+    return fmt.client_destination(queue), staged, order
 
 
 def _carry_out(
@@ -264,26 +382,33 @@ def _reply_topic(layout: Layout) -> str:
 
 
 def _ask(
-    broker: StagingBroker, layout: Layout, order: Order, wait_s: float, *, answers: int
+    broker: StagingBroker, layout: Layout, order: Order, wait_s: float, *,
+    answers: int | Callable[[], int], quiet: bool = False,
 ) -> list[Message]:
     """Publish ``order`` on the control topic and collect up to ``answers`` answers to it
-    within ``wait_s``; none when the broker does not let us give orders (logged)."""
+    within ``wait_s``; none when the broker does not let us give orders (logged; at debug
+    level when ``quiet``). ``answers`` may be a function, asked once the first answer has come
+    (how many engines run: nothing is asked of the broker when none answers)."""
     reply = order.reply_topic
     assert reply is not None
     try:
         broker.listen(reply)
         broker.publish(destination(layout.control), order.message())
     except (Refused, PutRefused) as refused:
-        structlog.get_logger("staging.tools").warning(
+        log = structlog.get_logger("staging.tools")
+        (log.debug if quiet else log.warning)(
             "cannot give the running staging engines an order", order=order.action.value,
             message_id=order.message_id or None, error=str(refused))
         return []
     got: list[Message] = []
     deadline = time.monotonic() + wait_s
-    while len(got) < answers and (left := deadline - time.monotonic()) > 0:
+    wanted = answers if isinstance(answers, int) else 1
+    while len(got) < wanted and (left := deadline - time.monotonic()) > 0:
         for held in broker.poll(left):
             if held.queue == reply and order.answered(held.message.headers):
                 got.append(held.message)
+        if got and not isinstance(answers, int) and wanted == 1:
+            wanted = max(1, answers())
     return got
 
 

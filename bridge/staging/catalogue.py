@@ -1,0 +1,277 @@
+"""The staged catalogue: an index of the messages a bridge has staged, by original id and by
+target, in a SQLite file of the bridge's own (``--staged-catalogue FILE``).
+
+The staging queues are the truth, but they can only be read from the front: with ten million
+pending, ``staged list --target`` and ``cancel`` read them all (about 5,000 a second here). IBM
+MQ indexes its staging queue by correlation id for the same reason. The catalogue answers those
+questions in milliseconds; the running engines answer the tools from it (``bridge.staging.
+orders``: a LIST order asks for it), so every bridge sharing a broker answers for what it staged.
+
+It is fed by the outcomes both processes of a bridge already produce (a ``Sink``): the bridge's
+STAGED (and REDELIVERED with a delay) add a row; the engine's releases, cancels, expiries and
+failures take it out. Rows are never trusted past their due
+time: a message is released by whichever bridge's engine meets it, and only that bridge's
+catalogue hears of it. So the catalogue shows the messages not yet due; the engines' own
+answers show what they hold, and ``--scan`` (reading the queues) the rest: a message past its
+due time and not yet released (no engine running), one staged by a bridge without a catalogue.
+Rows a day past due are purged.
+
+Writing never blocks the caller: outcomes go on a bounded queue and a writer thread commits
+them in batches; a batch that finds the queue full is dropped and counted (the message is still
+staged: it is only missing from the catalogue, and ``staged list --scan`` still finds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.staging.outcomes import Kind, Outcome
+from policies.errors import ConfigError
+
+QUEUE_BATCHES = 4096
+PURGE_EVERY_S = 60.0
+PURGE_AFTER_MS = 86_400_000  # rows this long past due are gone from every answer anyway
+MAX_ROWS = 10_000  # rows in one answer
+BUSY_MS = 5_000  # the bridge's and the engine's writers share the file
+
+# Outcomes that take a message off the staging queues for good.
+_GONE = frozenset({
+    Kind.RELEASED, Kind.RELEASED_NOW, Kind.CANCELLED, Kind.EXPIRED, Kind.UNDELIVERABLE,
+    Kind.INVALID, Kind.UNDELIVERED, Kind.DEAD_LETTERED, Kind.DELETED,
+})
+
+# A row is about 170 bytes on disk with its indexes (measured: see the README); targets are
+# kept once each.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS targets (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS staged (
+    message_id TEXT NOT NULL UNIQUE,
+    target INTEGER NOT NULL,
+    due_ms INTEGER NOT NULL,
+    size INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS staged_by_target ON staged (target, due_ms);
+CREATE INDEX IF NOT EXISTS staged_by_due ON staged (due_ms);
+CREATE TABLE IF NOT EXISTS orders (
+    message_id TEXT PRIMARY KEY,
+    action TEXT NOT NULL,
+    until_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    message_id: str
+    target: str
+    due_ms: int
+    size: int
+
+
+def open_file(path: str) -> sqlite3.Connection:
+    """A connection to the catalogue at ``path``, made if missing; ConfigError naming the file
+    when SQLite cannot use it."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None,
+                             check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-4096")  # 4 MiB: the file is read by its indexes
+        db.execute("PRAGMA journal_size_limit=16777216")  # the WAL, once checkpointed
+        db.executescript(_SCHEMA)
+    except (OSError, sqlite3.Error) as error:
+        raise ConfigError(f"staged-catalogue {path}: SQLite cannot use it: {error}") from None
+    return db
+
+
+class Catalogue:
+    """The engine's side: reads of the catalogue (one connection, used by one thread at a
+    time), and the ids an operator's order takes out (through the process's writer)."""
+
+    def __init__(self, path: str, writer: CatalogueWriter | None = None) -> None:
+        self.path = path
+        self.writer = writer
+        self._db = open_file(path)
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        if self.writer is not None:
+            self.writer.forget(message_ids)
+
+    def remember(self, message_id: str, action: str, until_ms: int) -> None:
+        """An operator's order the engine remembers until ``until_ms``: kept here too, so that
+        the engine remembers it after a restart."""
+        if self.writer is not None:
+            self.writer.offer([], [], [(message_id, action, until_ms)])
+
+    def remembered(self, now_ms: int) -> list[tuple[str, str, int]]:
+        """The orders that still stand: (message id, action, until ms)."""
+        return [(str(m), str(a), int(u)) for m, a, u in self._db.execute(
+            "SELECT message_id, action, until_ms FROM orders WHERE until_ms > ? ORDER BY until_ms",
+            (now_ms,))]
+
+    def entries(
+        self, *, now_ms: int, target: str | None = None, message_id: str | None = None,
+        limit: int = MAX_ROWS,
+    ) -> list[Entry]:
+        """The catalogued messages not yet due, soonest first."""
+        sql = ("SELECT s.message_id, t.name, s.due_ms, s.size FROM staged s "
+               "JOIN targets t ON t.id = s.target WHERE s.due_ms > ?")
+        args: list[object] = [now_ms]
+        if message_id is not None:
+            sql += " AND s.message_id = ?"
+            args.append(message_id)
+        if target is not None:
+            sql += " AND t.name = ?"
+            args.append(target)
+        sql += " ORDER BY s.due_ms LIMIT ?"
+        args.append(limit)
+        return [Entry(*row) for row in self._db.execute(sql, args)]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+
+
+def changes(outcomes: Iterable[Outcome]) -> tuple[list[Entry], list[str]]:
+    """The rows ``outcomes`` add (a delayed send, a delayed redelivery) and the ids they take
+    out. (A message waiting for its message-retry is past its due time: not shown.)"""
+    adds: list[Entry] = []
+    gone: list[str] = []
+    for o in outcomes:
+        if o.message_id is None:
+            continue
+        kind = o.kind
+        if kind is Kind.STAGED or (
+            kind is Kind.REDELIVERED and o.due_ms is not None and o.due_ms > o.at_ms
+        ):
+            if o.target is not None and o.due_ms is not None:
+                adds.append(Entry(o.message_id, o.target, o.due_ms, o.size or 0))
+        elif kind in _GONE:
+            gone.append(o.message_id)
+    return adds, gone
+
+
+# What one sink call or order changes: rows added, ids taken out, orders remembered.
+_Change = tuple[list[Entry], list[str], list[tuple[str, str, int]]]
+
+
+class CatalogueWriter:
+    """The one thread of a process that writes the catalogue; ``CatalogueSink`` feeds it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db = open_file(path)
+        self._queue: queue.Queue[_Change | None] = queue.Queue(QUEUE_BATCHES)
+        self._thread = threading.Thread(target=self._run, name="jms-bridge-catalogue",
+                                        daemon=True)
+        self.written = 0
+        self.dropped = 0  # batches of outcomes that found the queue full
+        self.failed = 0  # batches SQLite refused (logged once each by the caller's log)
+        self.last_error: str | None = None
+        self._targets: dict[str, int] = {}  # name -> id, as written
+
+    def start(self) -> CatalogueWriter:
+        self._thread.start()
+        return self
+
+    def offer(self, adds: list[Entry], gone: list[str],
+              orders: list[tuple[str, str, int]] | None = None) -> None:
+        try:
+            self._queue.put_nowait((adds, gone, orders or []))
+        except queue.Full:
+            self.dropped += 1
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        """Take these out (an operator's cancel or release order, which every engine hears)."""
+        self.offer([], list(message_ids))
+
+    def close(self, timeout: float = 5.0) -> None:
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=timeout)
+        self._thread.join(timeout)
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+
+    def _run(self) -> None:
+        next_purge = time.monotonic() + PURGE_EVERY_S
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            while item is not None and len(batch) < 256:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                batch.append(item)
+            work = [b for b in batch if b is not None]
+            if work:
+                self._write(work)
+            if time.monotonic() >= next_purge:
+                next_purge = time.monotonic() + PURGE_EVERY_S
+                self._purge()
+            if len(work) < len(batch):  # closed
+                return
+
+    def _write(self, work: list[_Change]) -> None:
+        db = self._db
+        try:
+            db.execute("BEGIN")
+            for adds, gone, orders in work:
+                if adds:
+                    db.executemany(
+                        "INSERT OR REPLACE INTO staged (message_id, target, due_ms, size) "
+                        "VALUES (?, ?, ?, ?)",
+                        [(e.message_id, self._target(e.target), e.due_ms, e.size)
+                         for e in adds])
+                if gone:
+                    db.executemany("DELETE FROM staged WHERE message_id = ?",
+                                   [(m,) for m in gone])
+                if orders:
+                    db.executemany("INSERT OR REPLACE INTO orders VALUES (?, ?, ?)", orders)
+            db.execute("COMMIT")
+            self.written += sum(len(a) + len(g) + len(o) for a, g, o in work)
+        except sqlite3.Error as error:
+            self.failed += len(work)
+            self.last_error = str(error)
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+
+    def _target(self, name: str) -> int:
+        """The id of a target's name (either process may have written it first)."""
+        known = self._targets.get(name)
+        if known is None:
+            db = self._db
+            db.execute("INSERT OR IGNORE INTO targets (name) VALUES (?)", (name,))
+            (known,) = db.execute("SELECT id FROM targets WHERE name = ?", (name,)).fetchone()
+            if len(self._targets) >= 100_000:
+                self._targets.clear()
+            self._targets[name] = known
+        return int(known)
+
+    def _purge(self) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("DELETE FROM staged WHERE due_ms < ?", (now_ms - PURGE_AFTER_MS,))
+            self._db.execute("DELETE FROM orders WHERE until_ms < ?", (now_ms,))
+
+
+class CatalogueSink:
+    """The outcome sink that keeps the catalogue (quick, never raises)."""
+
+    def __init__(self, writer: CatalogueWriter) -> None:
+        self.writer = writer
+
+    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+        adds, gone = changes(outcomes)
+        if adds or gone:
+            self.writer.offer(adds, gone)
