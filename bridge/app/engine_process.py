@@ -62,9 +62,11 @@ class EngineProcess:
     def __init__(
         self, settings: Settings, layout: Layout, stats: StagingStats, *,
         journal: tuple[JournalSpec, MutableSequence[int]] | None = None,
+        catalogue_counters: MutableSequence[int] | None = None,
     ) -> None:
         self.settings = settings
         self.journal = journal  # the engine's own journal files, and its shared counters
+        self.catalogue_counters = catalogue_counters  # its staged catalogue writer's
         self.layout = layout
         self.stats = stats  # its slots must be shared memory (``stats.shared_slots()``)
         self._ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
@@ -77,7 +79,7 @@ class EngineProcess:
         self.process = self._ctx.Process(
             target=_main,
             args=(self.settings, self.layout, self.stats.slots, self.stop, os.getpid(),
-                  self.journal),
+                  self.journal, self.catalogue_counters),
             name="jms-bridge-staging",
             daemon=True,
         )
@@ -130,6 +132,7 @@ def _main(
     stop: multiprocessing.synchronize.Event,
     parent: int,
     journal: tuple[JournalSpec, MutableSequence[int]] | None = None,
+    catalogue_counters: MutableSequence[int] | None = None,
 ) -> None:
     """The engine process: run the engine until ``stop`` is set or the bridge is gone."""
     _die_with(parent)
@@ -149,7 +152,7 @@ def _main(
     sinks: list[Sink] = [JournalSink(writer)] if writer is not None else []
     catalogue: Catalogue | None = None
     if settings.staged_catalogue:  # the same file as the bridge's process writes
-        keeper = CatalogueWriter(settings.staged_catalogue).start()
+        keeper = CatalogueWriter(settings.staged_catalogue, catalogue_counters).start()
         catalogue = Catalogue(settings.staged_catalogue, keeper)
         sinks.append(CatalogueSink(keeper))
     engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots),

@@ -8,7 +8,7 @@ counter takes a lock per call); a collector turns the dicts into counter familie
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableSequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -17,6 +17,24 @@ from prometheus_client.registry import Collector
 from bridge.deadletter.stats import DeadLetterStats
 from bridge.frontends.amqp.framer import method_name
 from bridge.frontends.stats import AmqpStats, RelayStats
+
+
+class CatalogueCollector(Collector):
+    """The staged catalogue's counters (``bridge.staging.catalogue``), summed over the
+    processes that write it (the bridge's and its engine's, in shared memory)."""
+
+    def __init__(self, *counters: MutableSequence[int]) -> None:
+        self.counters = counters
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "jms_bridge_catalogue_written", "Rows of the staged catalogue added or taken out.",
+            value=sum(int(c[0]) for c in self.counters))
+        yield CounterMetricFamily(
+            "jms_bridge_catalogue_dropped",
+            "Changes to the staged catalogue dropped: its writer's queue was full or SQLite "
+            "refused them (the messages are still staged; staged list --scan finds them).",
+            value=sum(int(c[1]) + int(c[2]) for c in self.counters))
 
 
 class _RelayCollector(Collector):

@@ -7,7 +7,7 @@ import asyncio
 import signal
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass
 
 from structlog.typing import FilteringBoundLogger
@@ -18,8 +18,8 @@ from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
-from bridge.app.journal import Journal
-from bridge.app.metrics import Metrics
+from bridge.app.journal import Journal, new_counters
+from bridge.app.metrics import CatalogueCollector, Metrics
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
@@ -147,8 +147,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     staging.register(metrics.registry)
     targets = target_checks(settings)
     journal = Journal.open(settings, metrics.registry)
-    catalogue = (CatalogueWriter(settings.staged_catalogue).start()
-                 if settings.staged_catalogue else None)
+    catalogue: CatalogueWriter | None = None
+    engine_catalogue: MutableSequence[int] | None = None
+    if settings.staged_catalogue:  # one writer in each process, the same file
+        catalogue = CatalogueWriter(settings.staged_catalogue, new_counters()).start()
+        engine_catalogue = new_counters()
+        metrics.registry.register(CatalogueCollector(catalogue.counters, engine_catalogue))
     # Where the delay and redelivery interceptors' outcomes are recorded: the journal, the
     # staged catalogue (the engine's process records its own).
     recorders: list[Sink] = [*(journal.sinks if journal is not None else []),
@@ -160,6 +164,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     engine = EngineProcess(
         settings, layout, staging,
         journal=(journal.spec, journal.engine_counters) if journal is not None else None,
+        catalogue_counters=engine_catalogue,
     ) if settings.staging_engine else None
     if engine is not None:
         staging.pending = lambda: staging.pending_count

@@ -28,9 +28,11 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from bridge.staging.outcomes import Kind, Outcome
 from policies.errors import ConfigError
@@ -40,6 +42,9 @@ PURGE_EVERY_S = 60.0
 PURGE_AFTER_MS = 86_400_000  # rows this long past due are gone from every answer anyway
 MAX_ROWS = 10_000  # rows in one answer
 BUSY_MS = 5_000  # the bridge's and the engine's writers share the file
+WARN_EVERY_S = 60.0
+
+log = structlog.get_logger("staging.catalogue")
 
 # Outcomes that take a message off the staging queues for good.
 _GONE = frozenset({
@@ -168,17 +173,26 @@ _Change = tuple[list[Entry], list[str], list[tuple[str, str, int]]]
 class CatalogueWriter:
     """The one thread of a process that writes the catalogue; ``CatalogueSink`` feeds it."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, counters: MutableSequence[int] | None = None) -> None:
         self.path = path
         self._db = open_file(path)
         self._queue: queue.Queue[_Change | None] = queue.Queue(QUEUE_BATCHES)
         self._thread = threading.Thread(target=self._run, name="jms-bridge-catalogue",
                                         daemon=True)
-        self.written = 0
-        self.dropped = 0  # batches of outcomes that found the queue full
-        self.failed = 0  # batches SQLite refused (logged once each by the caller's log)
+        # Rows written (added or taken out), changes dropped at the queue, changes SQLite
+        # refused; shared memory where ``/metrics`` reads them from another process.
+        self.counters: MutableSequence[int] = counters if counters is not None else [0, 0, 0]
         self.last_error: str | None = None
+        self._warned_at = 0.0
         self._targets: dict[str, int] = {}  # name -> id, as written
+
+    @property
+    def written(self) -> int:
+        return int(self.counters[0])
+
+    @property
+    def dropped(self) -> int:
+        return int(self.counters[1]) + int(self.counters[2])
 
     def start(self) -> CatalogueWriter:
         self._thread.start()
@@ -189,7 +203,7 @@ class CatalogueWriter:
         try:
             self._queue.put_nowait((adds, gone, orders or []))
         except queue.Full:
-            self.dropped += 1
+            self.counters[1] += 1
 
     def forget(self, message_ids: Sequence[str]) -> None:
         """Take these out (an operator's cancel or release order, which every engine hears)."""
@@ -239,12 +253,17 @@ class CatalogueWriter:
                 if orders:
                     db.executemany("INSERT OR REPLACE INTO orders VALUES (?, ?, ?)", orders)
             db.execute("COMMIT")
-            self.written += sum(len(a) + len(g) + len(o) for a, g, o in work)
+            self.counters[0] += sum(len(a) + len(g) + len(o) for a, g, o in work)
         except sqlite3.Error as error:
-            self.failed += len(work)
+            self.counters[2] += len(work)
             self.last_error = str(error)
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
+            if time.monotonic() - self._warned_at > WARN_EVERY_S:
+                self._warned_at = time.monotonic()
+                log.warning("the staged catalogue's file refused a write; those messages are "
+                            "still staged, but missing from the catalogue (staged list --scan "
+                            "finds them)", file=self.path, error=str(error))
 
     def _target(self, name: str) -> int:
         """The id of a target's name (either process may have written it first)."""
