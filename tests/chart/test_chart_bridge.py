@@ -46,6 +46,8 @@ def test_bridge_runs_with_the_rendered_config(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("s3cret\n")
     rendered["admin-token-file"] = str(tmp_path / "token")
     rendered["journal"] = str(tmp_path / "journal")
+    assert rendered["staged-catalogue"] == "/var/lib/jms-bridge/staged.db"
+    rendered["staged-catalogue"] = str(tmp_path / "staged.db")
     # The TLS Secret's files, made here; the TLS port, a free one.
     from tests.integration.certs import authority
 
@@ -81,6 +83,8 @@ def test_bridge_runs_with_the_rendered_config(tmp_path: Path) -> None:
             assert json.loads(ready[1])["upstream"] == f"{rabbit.stomp_host}:61613"
             status, metrics = get(f"http://127.0.0.1:{admin_port}/metrics")
             assert status == 200 and "jms_bridge_" in metrics
+            assert "jms_bridge_catalogue_written_total" in metrics
+            assert (tmp_path / "staged.db").exists()
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -126,6 +126,7 @@ in the image accepts: it rejects a config file with an unknown key. */}}
 {{- with $b.redelivery }}{{ $_ := set $c "redelivery" . }}{{ end -}}
 {{- with $b.messageRetry }}{{ $_ := set $c "message-retry" . }}{{ end -}}
 {{- with $b.journal }}{{ $_ := set $c "journal" . }}{{ end -}}
+{{- with $b.stagedCatalogue }}{{ $_ := set $c "staged-catalogue" . }}{{ end -}}
 {{- if .Values.adminToken.existingSecret -}}
 {{- $_ := set $c "admin-token-file" "/etc/jms-bridge-admin/token" -}}
 {{- end -}}
