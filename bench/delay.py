@@ -144,13 +144,14 @@ def vm_rss_mb(pid: int) -> float:
 
 
 def staging_metrics(admin_port: int) -> dict[str, float]:
-    """The bridge's staging samples on /metrics (jms_bridge_staged*, jms_bridge_staging*)."""
+    """The bridge's staging samples on /metrics (jms_bridge_staged*, jms_bridge_staging*,
+    jms_bridge_catalogue*)."""
     url = f"http://127.0.0.1:{admin_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as reply:
         text = reply.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("jms_bridge_stag"):
+        if line.startswith(("jms_bridge_stag", "jms_bridge_catalogue")):
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out

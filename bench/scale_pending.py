@@ -197,14 +197,17 @@ def stage(broker_name: str, args: argparse.Namespace, bridge: ScaleBridge, n: in
                 t = time.perf_counter()
                 row = {"staged": confirmed, "rate": (confirmed - mark_n) / (t - mark_t),
                        "rss": bridge.rss(), "broker": broker_figures(broker_name, args),
-                       "catalogue_mb": catalogue_mb(catalogue)}
+                       "catalogue_mb": catalogue_mb(catalogue),
+                       "catalogue_dropped": (bridge.metrics().get(
+                           "jms_bridge_catalogue_dropped_total") if catalogue else None)}
                 mark_t, mark_n = time.perf_counter(), confirmed
                 rows.append(row)
                 print(f"  {broker_name} pending: {confirmed:>11,} staged, {row['rate']:>6,.0f}/s; "
                       f"bridge {row['rss']['bridge_mb']:.0f} MB + engine "
                       f"{row['rss']['engine_mb']:.0f} MB = {row['rss']['total_mb']:.0f} MB RSS; "
                       f"{show_broker(row['broker'])}"
-                      + (f"; catalogue {row['catalogue_mb']:,.0f} MB on disk"
+                      + (f"; catalogue {row['catalogue_mb']:,.0f} MB on disk, "
+                         f"{row['catalogue_dropped'] or 0:,.0f} rows dropped"
                          if catalogue else ""), flush=True)
                 why = broker_limit(broker_name, args, row["broker"])
                 if why:

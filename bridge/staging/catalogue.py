@@ -16,15 +16,15 @@ answers show what they hold, and ``--scan`` (reading the queues) the rest: a mes
 due time and not yet released (no engine running), one staged by a bridge without a catalogue.
 Rows a day past due are purged.
 
-Writing never blocks the caller: outcomes go on a bounded queue and a writer thread commits
-them in batches; a batch that finds the queue full is dropped and counted (the message is still
-staged: it is only missing from the catalogue, and ``staged list --scan`` still finds it).
+Writing never blocks the caller: changes wait in memory and a writer thread commits all that
+has come in one transaction; past ``MAX_PENDING`` rows waiting they are dropped and counted (the
+message is still staged: it is only missing from the catalogue, and ``staged list --scan``
+still finds it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
 import sqlite3
 import threading
 import time
@@ -37,7 +37,7 @@ import structlog
 from bridge.staging.outcomes import Kind, Outcome
 from policies.errors import ConfigError
 
-QUEUE_BATCHES = 4096
+MAX_PENDING = 200_000  # rows waiting for the writer (about 30 MB); more are dropped
 PURGE_EVERY_S = 60.0
 PURGE_AFTER_MS = 86_400_000  # rows this long past due are gone from every answer anyway
 MAX_ROWS = 10_000  # rows in one answer
@@ -166,21 +166,26 @@ def changes(outcomes: Iterable[Outcome]) -> tuple[list[Entry], list[str]]:
     return adds, gone
 
 
-# What one sink call or order changes: rows added, ids taken out, orders remembered.
-_Change = tuple[list[Entry], list[str], list[tuple[str, str, int]]]
-
-
 class CatalogueWriter:
-    """The one thread of a process that writes the catalogue; ``CatalogueSink`` feeds it."""
+    """The one thread of a process that writes the catalogue; ``CatalogueSink`` feeds it.
+
+    Changes wait in lists under a lock (an append per sink call, however fast they come) and
+    the thread writes all that has come in one transaction. Past ``MAX_PENDING`` rows waiting
+    (the file much slower than the traffic) new changes are dropped and counted."""
 
     def __init__(self, path: str, counters: MutableSequence[int] | None = None) -> None:
         self.path = path
         self._db = open_file(path)
-        self._queue: queue.Queue[_Change | None] = queue.Queue(QUEUE_BATCHES)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._adds: list[Entry] = []
+        self._gone: list[str] = []
+        self._orders: list[tuple[str, str, int]] = []
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="jms-bridge-catalogue",
                                         daemon=True)
-        # Rows written (added or taken out), changes dropped at the queue, changes SQLite
-        # refused; shared memory where ``/metrics`` reads them from another process.
+        # Rows written (added or taken out, orders kept), rows dropped while too many waited,
+        # rows SQLite refused; shared memory where ``/metrics`` reads them from another process.
         self.counters: MutableSequence[int] = counters if counters is not None else [0, 0, 0]
         self.last_error: str | None = None
         self._warned_at = 0.0
@@ -200,62 +205,67 @@ class CatalogueWriter:
 
     def offer(self, adds: list[Entry], gone: list[str],
               orders: list[tuple[str, str, int]] | None = None) -> None:
-        try:
-            self._queue.put_nowait((adds, gone, orders or []))
-        except queue.Full:
-            self.counters[1] += 1
+        with self._lock:
+            if len(self._adds) + len(self._gone) >= MAX_PENDING:
+                self.counters[1] += len(adds) + len(gone) + len(orders or ())
+                return
+            self._adds += adds
+            self._gone += gone
+            if orders:
+                self._orders += orders
+        self._wake.set()
 
     def forget(self, message_ids: Sequence[str]) -> None:
         """Take these out (an operator's cancel or release order, which every engine hears)."""
         self.offer([], list(message_ids))
 
     def close(self, timeout: float = 5.0) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=timeout)
-        self._thread.join(timeout)
+        """Write what waits, then close the file."""
+        with self._lock:
+            self._closed = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
 
     def _run(self) -> None:
         next_purge = time.monotonic() + PURGE_EVERY_S
         while True:
-            item = self._queue.get()
-            batch = [item]
-            while item is not None and len(batch) < 256:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                batch.append(item)
-            work = [b for b in batch if b is not None]
-            if work:
-                self._write(work)
+            self._wake.wait(PURGE_EVERY_S)
+            self._wake.clear()
+            with self._lock:
+                adds, gone, orders = self._adds, self._gone, self._orders
+                self._adds, self._gone, self._orders = [], [], []
+                closed = self._closed
+            if adds or gone or orders:
+                self._write(adds, gone, orders)
             if time.monotonic() >= next_purge:
                 next_purge = time.monotonic() + PURGE_EVERY_S
                 self._purge()
-            if len(work) < len(batch):  # closed
+            if closed:
                 return
 
-    def _write(self, work: list[_Change]) -> None:
+    def _write(self, adds: list[Entry], gone: list[str],
+               orders: list[tuple[str, str, int]]) -> None:
+        """One transaction: the rows added, then those taken out (a message released soon
+        after it was staged: both in one batch), then the orders."""
         db = self._db
         try:
             db.execute("BEGIN")
-            for adds, gone, orders in work:
-                if adds:
-                    db.executemany(
-                        "INSERT OR REPLACE INTO staged (message_id, target, due_ms, size) "
-                        "VALUES (?, ?, ?, ?)",
-                        [(e.message_id, self._target(e.target), e.due_ms, e.size)
-                         for e in adds])
-                if gone:
-                    db.executemany("DELETE FROM staged WHERE message_id = ?",
-                                   [(m,) for m in gone])
-                if orders:
-                    db.executemany("INSERT OR REPLACE INTO orders VALUES (?, ?, ?)", orders)
+            if adds:
+                db.executemany(
+                    "INSERT OR REPLACE INTO staged (message_id, target, due_ms, size) "
+                    "VALUES (?, ?, ?, ?)",
+                    [(e.message_id, self._target(e.target), e.due_ms, e.size) for e in adds])
+            if gone:
+                db.executemany("DELETE FROM staged WHERE message_id = ?", [(m,) for m in gone])
+            if orders:
+                db.executemany("INSERT OR REPLACE INTO orders VALUES (?, ?, ?)", orders)
             db.execute("COMMIT")
-            self.counters[0] += sum(len(a) + len(g) + len(o) for a, g, o in work)
+            self.counters[0] += len(adds) + len(gone) + len(orders)
         except sqlite3.Error as error:
-            self.counters[2] += len(work)
+            self.counters[2] += len(adds) + len(gone) + len(orders)
             self.last_error = str(error)
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
