@@ -218,3 +218,20 @@ def test_an_engine_restarted_remembers_the_orders_it_heard(tmp_path: Path) -> No
     assert set(releases(broker)) == {kept} and victim != "ID:later"
     assert stats.cancelled == 1
     second.catalogue.close()  # type: ignore[union-attr]
+
+
+def test_rows_past_what_may_wait_are_dropped_and_counted(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.staging import catalogue
+
+    monkeypatch.setattr(catalogue, "MAX_PENDING", 3)
+    writer = CatalogueWriter(str(tmp_path / "c.db"))  # not started: nothing is written yet
+    sink = CatalogueSink(writer)
+    for i in range(5):
+        sink([staged(f"m{i}", T0 + 1_000)])
+    assert (writer.written, writer.dropped) == (0, 2)
+    writer.start()
+    settled(writer, 3)
+    writer.close()
+    assert [e.message_id for e in Catalogue(str(tmp_path / "c.db")).entries(now_ms=T0)] == [
+        "m0", "m1", "m2"]
