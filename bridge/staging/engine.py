@@ -25,6 +25,7 @@ connection) until the next thing is due.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import heapq
 import itertools
 import random
@@ -194,6 +195,8 @@ class Engine(Settling, OperatorOrders):
         self._orders = Orders()
         self._answers: list[tuple[str, Message]] = []  # (reply topic, answer) to publish
         self.catalogue = catalogue
+        # List orders the catalogue's reader thread is answering: (reply topic, answer).
+        self._listings: list[tuple[str, concurrent.futures.Future[Message]]] = []
         self._restore_orders(clock())
         self._connected = False
         self._connected_at = 0
@@ -244,6 +247,8 @@ class Engine(Settling, OperatorOrders):
             self._absorb(self.broker.poll(0), now_ms)
             self._release(now_ms)
             self._declare_rest(now_ms)
+            if self._listings:
+                self._listed()
             if self._answers:
                 self._answer()
             if not more and self._count_due(now_ms):

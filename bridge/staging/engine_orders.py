@@ -4,8 +4,10 @@ the copies of a message the engine holds, and answered on the reply topic they n
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import heapq
+import sqlite3
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -33,6 +35,7 @@ class OperatorOrders:
     _hops: collections.deque[tuple[Held, Staged]]
     _heap: list[tuple[int, int, Held, Staged]]
     catalogue: Catalogue | None
+    _listings: list[tuple[str, concurrent.futures.Future[Message]]]
 
     if TYPE_CHECKING:  # the engine's: the move that releases a held message now
         def _released(self, held: Held, staged: Staged, now_ms: int) -> Work: ...
@@ -47,13 +50,18 @@ class OperatorOrders:
             return
         catalogue = self.catalogue
         if order.action is Action.LIST:
-            if order.reply_topic:
-                catalogued = None
-                if order.catalogue and catalogue is not None:
-                    catalogued = catalogue.entries(now_ms=now_ms, target=order.target,
-                                                   message_id=order.message_id or None)
-                self._answers.append((order.reply_topic,
-                                      order.listing(self._held(), catalogued)))
+            if not order.reply_topic:
+                return
+            if not (order.catalogue and catalogue is not None):
+                self._answers.append((order.reply_topic, order.listing(self._held())))
+                return
+            rows, reply = order.held_rows(self._held()), order.reply_topic
+
+            def answer(catalogue: Catalogue = catalogue) -> Message:  # on its reader thread
+                return order.answer_rows(rows, catalogue.entries(
+                    now_ms=now_ms, target=order.target, message_id=order.message_id or None))
+
+            self._listings.append((reply, catalogue.later(answer)))
             return
         self._orders.add(order, now_ms)
         if catalogue is not None:
@@ -123,6 +131,19 @@ class OperatorOrders:
         work = self._released(held, staged, now_ms)
         work.kind, work.order = WorkKind.RELEASE_NOW, order
         return work
+
+    def _listed(self) -> None:
+        """The answers to list orders the catalogue's reader thread has finished."""
+        waiting = []
+        for reply, future in self._listings:
+            if not future.done():
+                waiting.append((reply, future))
+                continue
+            try:
+                self._answers.append((reply, future.result()))
+            except (sqlite3.Error, concurrent.futures.CancelledError) as error:
+                self.log.warning("cannot read the staged catalogue", error=str(error))
+        self._listings = waiting
 
     def _answer(self) -> None:
         """Tell the tools that gave the orders just carried out (a lost answer only makes a

@@ -114,7 +114,11 @@ class Order:
         """A LIST order's answer: the held staged messages it asks for, and ``catalogued``
         (the engine's catalogue's rows, when asked and kept), as JSON rows (what ``jms-bridge
         staged list`` shows: message id, target, due time, size, queue)."""
-        rows = []
+        return self.answer_rows(self.held_rows(held), catalogued)
+
+    def held_rows(self, held: Iterable[Held]) -> list[dict[str, object]]:
+        """The rows of the held staged messages this LIST order asks for."""
+        rows: list[dict[str, object]] = []
         for h in held:
             headers = h.message.headers
             message_id, target = headers.get(MESSAGE_ID), headers.get(TARGET)
@@ -130,6 +134,12 @@ class Order:
                 continue
             rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
                          "size": len(h.message.body), "queue": h.queue})
+        return rows
+
+    def answer_rows(
+        self, rows: list[dict[str, object]], catalogued: Sequence[Entry] | None = None
+    ) -> Message:
+        """The answer of held ``rows`` and ``catalogued``."""
         answer = self.answer("listed")
         if catalogued is not None:
             held_ids = {r["message_id"] for r in rows}

@@ -113,6 +113,10 @@ def test_a_list_order_asking_for_the_catalogue_gets_its_rows(tmp_path: Path) -> 
         broker.publish(orders.destination(LAYOUT.control), order.message())
     clock.now = T0 + 1
     engine.step(clock.now)
+    deadline = time.monotonic() + 5  # the catalogue's reader thread answers the first
+    while len(broker.delivered(orders.destination(REPLY))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        engine.step(clock.now)
     replies = {m.headers[orders.ORDER_ID]: m for _, m in broker.delivered(
         orders.destination(REPLY))}
     assert [r["message_id"] for r in orders.rows_of(replies[asked.order_id].body)] == [soon, far]
