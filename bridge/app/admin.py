@@ -174,9 +174,11 @@ class Admin:
     async def staged_list(self, request: web.Request) -> web.Response:
         target = request.query.get("target")
         message_id = request.query.get("message_id")
+        scan = request.query.get("scan", "").lower() in ("1", "true", "yes")
 
         def work(broker: StagingBroker) -> web.Response:
-            found = tools.rows(broker, self.layout, target=target, message_id=message_id)
+            found = tools.rows(broker, self.layout, target=target, message_id=message_id,
+                               scan=scan)
             return web.json_response([{**asdict(r), "due": r.due} for r in found])
 
         return await self._with_broker(work)
@@ -219,6 +221,8 @@ class Admin:
                 stats.tools_released += 1
         if not outcome.as_asked:
             return web.json_response({"error": outcome.describe(message_id)}, status=409)
+        if outcome.due_ms is not None:  # a staged cancel: dropped when it comes due
+            return web.json_response({outcome.done: message_id, "due_ms": outcome.due_ms})
         return web.json_response({outcome.done: message_id})
 
     async def start(self, where: Endpoint) -> None:

@@ -261,7 +261,7 @@ class Outcome:
     # release its target refused went: "retried", "undelivered", "dead-lettered", "discarded",
     # "kept".
     done: str
-    by_engine: bool  # a running engine held it and did it
+    by_engine: bool  # a running engine held it and did it (or will: a staged cancel)
     staged: Message | None = None  # the staged copy the tool itself took (its journal event)
     due_ms: int | None = None  # a staged cancel: the message's due time, when it is dropped
 
@@ -308,7 +308,8 @@ def cancel(
         if row is not None and row.due_ms - now_ms > CANCEL_LEAD_MS + 2 * answer_s * 1000:
             stage_cancel(broker, layout, message_id, due_ms=row.due_ms - CANCEL_LEAD_MS,
                          now_ms=now_ms)
-            return Outcome("cancelled", by_engine=False, due_ms=row.due_ms)
+            # The engine that meets the message drops it (and counts it then).
+            return Outcome("cancelled", by_engine=True, due_ms=row.due_ms)
     return _carry_out(broker, layout, Action.CANCEL, message_id, None, patience_s, answer_s)
 
 

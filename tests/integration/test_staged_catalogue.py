@@ -109,6 +109,20 @@ def test_list_and_cancel_answer_from_the_catalogue(
     assert bridge.settled_metric("jms_bridge_catalogue_written_total", written) == written
     assert bridge.metric("jms_bridge_catalogue_dropped_total") == 0
     print(f"{broker.name}: cancel from the catalogue took {took:.2f} s (a new process)")
+    # The admin API: the same, counted once (by the engine, when it drops the message).
+    status, body = bridge.http(f"/staged?target={dest}")
+    assert status == 200 and [r["message_id"] for r in json.loads(body)] == [two_hours]
+    status, body = bridge.http(f"/staged?target={dest}&scan=1")
+    assert status == 200 and {r["message_id"] for r in json.loads(body)} == after
+    cancelled_before = bridge.metric("jms_bridge_staging_cancelled_total")
+    status, body = bridge.http(f"/staged/{two_hours}/cancel", "POST")
+    assert status == 200, body
+    assert json.loads(body)["cancelled"] == two_hours and json.loads(body)["due_ms"] > now_ms()
+    # Alone on its level, it heads it: the engine looks at once and drops it.
+    once = cancelled_before + 1
+    assert bridge.settled_metric("jms_bridge_staging_cancelled_total", once) == once
+    time.sleep(0.5)
+    assert bridge.metric("jms_bridge_staging_cancelled_total") == once  # not twice
 
 
 def test_a_staged_cancel_drops_its_message_when_it_comes_due(
