@@ -55,6 +55,16 @@ def test_staging_queue_type(tmp_path: Path) -> None:
                    environ={}).staging_queue_type == "classic"
 
 
+def test_staged_catalogue(tmp_path: Path) -> None:
+    assert resolve({}, environ={}).staged_catalogue is None
+    env = {"JMS_BRIDGE_STAGED_CATALOGUE": "/data/staged.db"}
+    assert resolve({}, environ=env).staged_catalogue == "/data/staged.db"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("staged-catalogue: /var/lib/jms-bridge/staged.db\n")
+    assert resolve({}, config_file=str(cfg), environ={}).staged_catalogue == \
+        "/var/lib/jms-bridge/staged.db"
+
+
 def test_management_url() -> None:
     s = resolve({}, environ={"JMS_BRIDGE_UPSTREAM_MANAGEMENT": "http://mon:pw@10.0.0.5:15672"})
     assert s.upstream_management == Endpoint("10.0.0.5", 15672, "mon", "pw")
@@ -83,6 +93,8 @@ def test_management_url() -> None:
             ["only for --broker rabbitmq"],
         ),
         ({"upstream-management": "https://h:1"}, ["upstream-management", "http://"]),
+        ({"staged-catalogue": "  "}, ["staged-catalogue", "path of a file"]),
+        ({"staged-catalogue": "/var/lib/jms-bridge/"}, ["staged-catalogue", "path of a file"]),
         (
             {"broker": "activemq", "upstream-management": "http://a:b@h:1"},
             ["upstream-management", "only for --broker rabbitmq"],
