@@ -79,6 +79,9 @@ def common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start-timeout", type=float, default=30.0)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds without progress")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--bridge-arg", action="append", metavar="ARG",
+                        help="one more argument for every `jms-bridge run` (repeat it), e.g. "
+                             "--bridge-arg=--staging-queue-type --bridge-arg=quorum")
 
 
 def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:

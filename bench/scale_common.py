@@ -67,7 +67,8 @@ class ScaleBridge:
                      "--upstream-stomp", f"stomp://{host}:{port}",
                      "--stomp-listen", f"127.0.0.1:{self.listen}",
                      "--admin-listen", f"127.0.0.1:{self.admin}",
-                     "--log-level", "warning", "--staging-prefix", args.staging_prefix, *extra]
+                     "--log-level", "warning", "--staging-prefix", args.staging_prefix, *extra,
+                     *(getattr(args, "bridge_arg", None) or [])]
         if timeline:  # the bridge's and its engine's log lines, timed (the last flags win)
             self.argv += ["--log-level", "debug", "--log-format", "json"]
         self.output = tempfile.TemporaryFile()
