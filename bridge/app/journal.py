@@ -32,19 +32,18 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, MutableSequence, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
 
 from adapters.base import Message
 from bridge.app.config import Settings
+from bridge.app.metrics import WriterCollector
 from bridge.staging.envelope import Staged
-from bridge.staging.outcomes import UNJOURNALED, Kind, Outcome
+from bridge.staging.outcomes import UNJOURNALED, CountedWriter, Kind, Outcome
 from policies.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -117,7 +116,7 @@ def record(o: Outcome, *, broker: str, instance: str, role: str) -> dict[str, An
 _STOP = object()
 
 
-class JournalWriter:
+class JournalWriter(CountedWriter):
     """One process's journal files, written by a thread of their own."""
 
     def __init__(
@@ -142,14 +141,6 @@ class JournalWriter:
         self._opened = 0.0
         self._size = 0
         self._thread: threading.Thread | None = None
-
-    @property
-    def written(self) -> int:
-        return int(self.counters[0])
-
-    @property
-    def dropped(self) -> int:
-        return int(self.counters[1]) + int(self.counters[2])
 
     def start(self) -> JournalWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -325,24 +316,13 @@ class JournalSink:
             self.writer.submit(batch)
 
 
-class JournalCollector(Collector):
+def register(registry: CollectorRegistry, *counters: MutableSequence[int]) -> None:
     """``jms_bridge_journal_written_total`` and ``..._dropped_total``, summed over the
     processes' counters (the bridge's and its engine's)."""
-
-    def __init__(self, *counters: MutableSequence[int]) -> None:
-        self.counters = counters
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily("jms_bridge_journal_written", "Events written to the journal.",
-                                  value=sum(int(c[0]) for c in self.counters))
-        yield CounterMetricFamily(
-            "jms_bridge_journal_dropped",
-            "Journal events dropped: the writer's queue was full or the disk refused them.",
-            value=sum(int(c[1]) + int(c[2]) for c in self.counters))
-
-
-def register(registry: CollectorRegistry, *counters: MutableSequence[int]) -> None:
-    registry.register(JournalCollector(*counters))
+    registry.register(WriterCollector(
+        "jms_bridge_journal", "Events written to the journal.",
+        "Journal events dropped: the writer's queue was full or the disk refused them.",
+        *counters))
 
 
 class Journal:

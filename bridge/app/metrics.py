@@ -19,22 +19,21 @@ from bridge.frontends.amqp.framer import method_name
 from bridge.frontends.stats import AmqpStats, RelayStats
 
 
-class CatalogueCollector(Collector):
-    """The staged catalogue's counters (``bridge.staging.catalogue``), summed over the
-    processes that write it (the bridge's and its engine's, in shared memory)."""
+class WriterCollector(Collector):
+    """``<name>_written_total`` and ``<name>_dropped_total`` of a sink's writer threads
+    (``bridge.staging.outcomes.CountedWriter``), summed over the processes' counters (the
+    bridge's and its engine's, in shared memory)."""
 
-    def __init__(self, *counters: MutableSequence[int]) -> None:
+    def __init__(self, name: str, written: str, dropped: str,
+                 *counters: MutableSequence[int]) -> None:
+        self.name, self.written_help, self.dropped_help = name, written, dropped
         self.counters = counters
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily(
-            "jms_bridge_catalogue_written", "Rows of the staged catalogue added or taken out.",
-            value=sum(int(c[0]) for c in self.counters))
-        yield CounterMetricFamily(
-            "jms_bridge_catalogue_dropped",
-            "Changes to the staged catalogue dropped: its writer's queue was full or SQLite "
-            "refused them (the messages are still staged; staged list --scan finds them).",
-            value=sum(int(c[1]) + int(c[2]) for c in self.counters))
+        yield CounterMetricFamily(f"{self.name}_written", self.written_help,
+                                  value=sum(int(c[0]) for c in self.counters))
+        yield CounterMetricFamily(f"{self.name}_dropped", self.dropped_help,
+                                  value=sum(int(c[1]) + int(c[2]) for c in self.counters))
 
 
 class _RelayCollector(Collector):

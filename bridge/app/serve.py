@@ -19,7 +19,7 @@ from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal, new_counters
-from bridge.app.metrics import CatalogueCollector, Metrics
+from bridge.app.metrics import Metrics, WriterCollector
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
@@ -152,7 +152,11 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     if settings.staged_catalogue:  # one writer in each process, the same file
         catalogue = CatalogueWriter(settings.staged_catalogue, new_counters()).start()
         engine_catalogue = new_counters()
-        metrics.registry.register(CatalogueCollector(catalogue.counters, engine_catalogue))
+        metrics.registry.register(WriterCollector(
+            "jms_bridge_catalogue", "Rows of the staged catalogue added or taken out.",
+            "Changes to the staged catalogue dropped: its writer's queue was full or SQLite "
+            "refused them (the messages are still staged; staged list --scan finds them).",
+            catalogue.counters, engine_catalogue))
     # Where the delay and redelivery interceptors' outcomes are recorded: the journal, the
     # staged catalogue (the engine's process records its own).
     recorders: list[Sink] = [*(journal.sinks if journal is not None else []),

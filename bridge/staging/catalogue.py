@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import structlog
 
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import CountedWriter, Kind, Outcome
 from policies.errors import ConfigError
 
 MAX_PENDING = 200_000  # rows waiting for the writer (about 30 MB); more are dropped
@@ -179,7 +179,7 @@ def changes(outcomes: Iterable[Outcome]) -> tuple[list[Entry], list[str]]:
     return adds, gone
 
 
-class CatalogueWriter:
+class CatalogueWriter(CountedWriter):
     """The one thread of a process that writes the catalogue; ``CatalogueSink`` feeds it.
 
     Changes wait in lists under a lock (an append per sink call, however fast they come) and
@@ -203,14 +203,6 @@ class CatalogueWriter:
         self.last_error: str | None = None
         self._warned_at = 0.0
         self._targets: dict[str, int] = {}  # name -> id, as written
-
-    @property
-    def written(self) -> int:
-        return int(self.counters[0])
-
-    @property
-    def dropped(self) -> int:
-        return int(self.counters[1]) + int(self.counters[2])
 
     def start(self) -> CatalogueWriter:
         self._thread.start()

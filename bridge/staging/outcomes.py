@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,6 +74,22 @@ _HOMES = {Kind.UNDELIVERABLE: "undeliverable", Kind.UNDELIVERED: "undelivered",
 
 class Sink(Protocol):
     def __call__(self, outcomes: Sequence[Outcome]) -> None: ...
+
+
+class CountedWriter:
+    """The counters of a sink's writer thread (the journal's, the staged catalogue's): written,
+    dropped before writing, refused by the store; in shared memory where ``/metrics`` reads them
+    from another process (``bridge.app.metrics.WriterCollector``)."""
+
+    counters: MutableSequence[int]
+
+    @property
+    def written(self) -> int:
+        return int(self.counters[0])
+
+    @property
+    def dropped(self) -> int:
+        return int(self.counters[1]) + int(self.counters[2])
 
 
 class StatsSink:

@@ -63,6 +63,12 @@ class Row:
     size: int
     queue: str
 
+    @classmethod
+    def of(cls, row: dict[str, object]) -> Row:
+        """A row of an engine's list answer; KeyError or ValueError when it is not one."""
+        return cls(str(row["message_id"]), str(row["target"]), int(str(row["due_ms"])),
+                   int(str(row["size"])), str(row["queue"]))
+
     @property
     def due(self) -> str:
         return dt.datetime.fromtimestamp(self.due_ms / 1000, dt.UTC).isoformat(
@@ -148,9 +154,7 @@ def catalogued_rows(
     found: dict[str, Row] = {}
     for answer in answers:
         try:
-            for r in rows_of(answer.body):
-                row = Row(str(r["message_id"]), str(r["target"]), int(str(r["due_ms"])),
-                          int(str(r["size"])), str(r["queue"]))
+            for row in map(Row.of, rows_of(answer.body)):
                 if not _internal(row, layout):
                     found.setdefault(row.message_id, row)
         except (KeyError, ValueError) as error:
@@ -177,9 +181,7 @@ def held_rows(
     found: list[Row] = []
     for answer in _ask(broker, layout, order, wait_s, answers=engines):
         try:
-            found += [Row(str(r["message_id"]), str(r["target"]), int(str(r["due_ms"])),
-                          int(str(r["size"])), str(r["queue"]))
-                      for r in rows_of(answer.body)]
+            found += map(Row.of, rows_of(answer.body))
         except (KeyError, ValueError) as error:
             structlog.get_logger("staging.tools").warning("ignored a bad list answer",
                                                           error=str(error))
