@@ -110,17 +110,23 @@ def overlay(props: pika.BasicProperties, headers: Mapping[str, str],
             removed: frozenset[str] = frozenset()) -> None:
     """Lay the types carried in ``props.headers[TYPES_HEADER]`` back over ``props`` (built from
     the STOMP ``headers``), and drop the marker unless this is a staged copy."""
-    found_table = props.headers
+    props.headers, props.delivery_mode = overlaid(props.headers, props.delivery_mode, headers,
+                                                  removed)
+
+
+def overlaid(found_table: Mapping[str, Any] | None, delivery_mode: int | None,
+             headers: Mapping[str, str], removed: frozenset[str] = frozenset(),
+             ) -> tuple[Mapping[str, Any] | None, int | None]:
+    """``overlay`` on a header table and delivery mode: the ones to write instead."""
     if not found_table or TYPES_HEADER not in found_table:
-        return
+        return found_table, delivery_mode
     table: dict[str, Any] = dict(found_table)
     text = table[TYPES_HEADER]
     if STAGED_MARK not in headers:
         del table[TYPES_HEADER]
     found = decode(text) if isinstance(text, str) else None
     if found is None:
-        props.headers = table or None
-        return
+        return table or None, delivery_mode
     typed, mode = found
     for name, value in typed.items():
         if name in removed:
@@ -131,9 +137,9 @@ def overlay(props: pika.BasicProperties, headers: Mapping[str, str],
                 table[name] = value
         elif view is None:
             table[name] = value
-    if mode is not None and props.delivery_mode is None and headers.get("persistent") == str(mode):
-        props.delivery_mode = mode
-    props.headers = table or None
+    if mode is not None and delivery_mode is None and headers.get("persistent") == str(mode):
+        delivery_mode = mode
+    return table or None, delivery_mode
 
 
 # The types of a message with no table entries to keep and a transient delivery mode (the most

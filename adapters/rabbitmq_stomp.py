@@ -43,7 +43,7 @@ from typing import Any
 
 import pika
 
-from adapters.amqp_types import overlay
+from adapters.amqp_types import overlaid
 from adapters.base import PER_DELIVERY
 
 # STOMP header -> BasicProperties attribute, in rabbit_stomp_util's order.
@@ -62,6 +62,7 @@ INTEGER_PROPERTIES = (("priority", "priority", 0xFF), ("timestamp", "timestamp",
 PROPERTY_HEADERS = frozenset(
     {h for h, _ in STRING_PROPERTIES} | {h for h, _, _ in INTEGER_PROPERTIES} | {"persistent"}
 )
+_NOT_IN_TABLE = PROPERTY_HEADERS | {"destination", "content-length"}
 
 # rabbit_routing_util:dest_prefixes/0: a reply-to without one of these gets REPLY_QUEUE.
 REPLY_QUEUE = "/reply-queue/"
@@ -84,36 +85,47 @@ _ERLANG_INTEGER = re.compile(r"[+-]?[0-9]+")
 def amqp_properties(headers: Mapping[str, str]) -> pika.BasicProperties:
     """The properties the STOMP plugin gives a SEND with these headers. ValueError for a SEND
     the plugin refuses."""
+    return pika.BasicProperties(**plugin_properties(headers))
+
+
+def plugin_properties(headers: Mapping[str, str]) -> dict[str, Any]:
+    """``amqp_properties`` as a dict of the properties set, by pika's attribute names (what the
+    AMQP front-end writes without building pika's object)."""
     if "message-id" in headers:
         raise ValueError("'message-id' is not allowed on a message to RabbitMQ")
-    props = pika.BasicProperties()
+    values: dict[str, Any] = {}
     for header, attr in STRING_PROPERTIES:
-        if header in headers:
-            value = headers[header]
-            if len(value.encode()) > 255:
+        value = headers.get(header)
+        if value is not None:
+            if len(value) > 63 and len(value.encode()) > 255:
                 # An AMQP short string: pika would send it, and the broker close the connection
                 # (INTERNAL_ERROR, content_properties_shortstr_overflow) over this one message.
                 raise ValueError(f"{header} is longer than 255 bytes ({value[:40]!r}...)")
-            setattr(props, attr, value)
-    if props.reply_to is not None and props.reply_to.startswith(REPLY_QUEUE):
+            values[attr] = value
+    reply_to = values.get("reply_to")
+    if reply_to is not None and reply_to.startswith(REPLY_QUEUE):
         # The plugin prefixes a bare reply queue name on the way out; undo it on the way in
         # so an AMQP consumer still sees the queue name a /temp-queue/ reply-to stored.
-        props.reply_to = props.reply_to[len(REPLY_QUEUE):]
+        values["reply_to"] = reply_to[len(REPLY_QUEUE):]
     for header, attr, top in INTEGER_PROPERTIES:
         if header in headers:
-            setattr(props, attr, _integer(header, headers[header], top))
+            values[attr] = _integer(header, headers[header], top)
     if headers.get("persistent") in ("true", "True"):
-        props.delivery_mode = 2
+        values["delivery_mode"] = 2
     table: dict[str, Any] = {}
     for name, value in headers.items():
-        if name in PROPERTY_HEADERS or name in ("destination", "content-length"):
+        if name in _NOT_IN_TABLE:
             continue
-        if len(name.encode()) > 255:
+        if len(name) > 63 and len(name.encode()) > 255:
             raise ValueError(f"header name longer than 255 bytes: {name[:40]}...")
         table[name] = value
-    props.headers = table or None
-    overlay(props, headers)  # an AMQP message's typed header table, where it carries one
-    return props
+    # An AMQP message's typed header table, where it carries one.
+    found, mode = overlaid(table or None, values.get("delivery_mode"), headers)
+    if found is not None:
+        values["headers"] = found
+    if mode is not None:
+        values["delivery_mode"] = mode
+    return values
 
 
 def _integer(header: str, value: str, top: int) -> int:
@@ -125,28 +137,41 @@ def _integer(header: str, value: str, top: int) -> int:
 
 def stomp_headers(props: pika.BasicProperties) -> dict[str, str]:
     """The message's own headers as a STOMP subscriber of the plugin sees them."""
+    return plugin_headers(vars(props))
+
+
+def plugin_headers(values: Mapping[str, Any]) -> dict[str, str]:
+    """``stomp_headers`` of properties given by pika's attribute names (a timestamp as epoch
+    seconds): what the AMQP front-end reads off a content header without building pika's
+    object."""
     out: dict[str, str] = {}
-    for name, value in (props.headers or {}).items():
-        if isinstance(value, bool):
+    for name, value in (values.get("headers") or {}).items():
+        kind = type(value)
+        if kind is str:
+            out.setdefault(name, value)
+        elif kind is bool:
             continue  # a boolean field; the plugin drops it
-        if isinstance(value, int):
+        elif isinstance(value, int):
             out.setdefault(name, str(value))
         elif isinstance(value, str):
             out.setdefault(name, value)
     for header, attr in STRING_PROPERTIES:
-        value = getattr(props, attr)
+        value = values.get(attr)
         if value is not None:
             out.setdefault(header, value)
     for header, attr, _ in INTEGER_PROPERTIES:
-        if getattr(props, attr) is not None:
-            out.setdefault(header, str(getattr(props, attr)))
-    if props.delivery_mode is not None:
-        mode = props.delivery_mode
+        value = values.get(attr)
+        if value is not None:
+            out.setdefault(header, str(value))
+    mode = values.get("delivery_mode")
+    if mode is not None:
         out.setdefault("persistent", "true" if mode == 2 else str(mode))
     reply_to = out.get("reply-to")
     if reply_to is not None and not reply_to.startswith(DEST_PREFIXES):
         out["reply-to"] = REPLY_QUEUE + reply_to
-    return {n: v for n, v in out.items() if n not in PER_DELIVERY}
+    for name in PER_DELIVERY:
+        out.pop(name, None)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

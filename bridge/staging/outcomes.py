@@ -102,7 +102,7 @@ class StatsSink:
         stats = self.stats
         for o in outcomes:
             kind = o.kind
-            if kind in _HOMES and o.reason is not None:
+            if o.reason is not None and kind in _HOMES:  # (an enum's hash is Python code)
                 stats.on_dead_letter(o.reason.name, _HOMES[kind])
                 if o.reason is MQFB_EXPIRATION and kind is not Kind.EXPIRED:
                     stats.expired += 1  # expired, and kept somewhere

@@ -177,8 +177,11 @@ _SCREEN = PublishScreen(Chain([StagingGuard(Layout()),
                                                 layout=Layout(), clock=lambda: NOW)]))
 
 
-def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never waits (no target checks here) to its end."""
+def _run(coroutine: Coroutine[Any, Any, Any] | bytes | None) -> Any:
+    """The publish screen's answer: a coroutine (when it holds) that never waits (no target
+    checks here) run to its end."""
+    if coroutine is None or isinstance(coroutine, bytes):
+        return coroutine
     try:
         coroutine.send(None)
     except StopIteration as done:

@@ -15,11 +15,17 @@ from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from adapters.rabbitmq_stomp import amqp_properties
+from adapters import amqp_types
+from adapters.rabbitmq_stomp import amqp_properties, plugin_headers
 from bridge.frontends.amqp.builders import content_frames, content_frames_of
-from bridge.frontends.amqp.properties import header_frame, read_content_header
+from bridge.frontends.amqp.properties import (
+    header_frame,
+    plugin_values,
+    read_content_header,
+    read_values,
+)
 from bridge.frontends.amqp.tables import check_properties
-from bridge.frontends.amqp.translate import property_values
+from bridge.frontends.amqp.translate import headers_of, property_values
 
 SHORT = st.text(max_size=40)
 # Table values pamqp itself writes as RabbitMQ reads them (no negative integers below 32 bits,
@@ -180,3 +186,22 @@ def test_the_reader_fails_where_pamqp_fails(flags: int, rest: bytes) -> None:
             read_content_header(payload)
         return
     assert read_content_header(payload).properties == theirs.properties
+
+
+@settings(max_examples=400, deadline=None)
+@given(PROPERTIES, st.none() | PAMQP_TABLE, st.none() | st.integers(0, 2**34))
+def test_the_publish_screen_reads_the_headers_pamqps_reading_gives(
+    props: commands.Basic.Properties, table: dict[str, Any] | None, stamp: int | None
+) -> None:
+    """The screen reads a publish's values off its bytes (``read_values``, no pamqp or pika
+    objects): the same STOMP headers and types as from pamqp's reading (past the year 2106 a
+    timestamp is read as milliseconds, as pamqp reads it)."""
+    props.headers = table
+    if stamp is not None:
+        props.timestamp = dt.datetime.fromtimestamp(stamp, dt.UTC)
+    raw = pframe.marshal(pheader.ContentHeader(0, 5, props), 1)
+    theirs = pamqp_read(raw).properties
+    values = read_values(raw[7:-1])
+    assert plugin_headers(plugin_values(values)) == headers_of(theirs)
+    assert (amqp_types.encode(values[2], values[3], drop={"x-delay"})
+            == amqp_types.encode(theirs.headers, theirs.delivery_mode, drop={"x-delay"}))

@@ -64,8 +64,13 @@ def content_frames_of(
     limit = (frame_max or DEFAULT_FRAME_MAX) - FRAME_OVERHEAD
     if limit <= 0:
         raise ValueError(f"frame_max {frame_max} leaves no room for a body")
-    parts: list[bytes | memoryview] = [header_frame(channel, len(body), values)]
     head = b"\x03" + channel.to_bytes(2, "big")
+    if len(body) <= limit:  # one body frame (or none), most messages: no view to cut
+        header = header_frame(channel, len(body), values)
+        if not body:
+            return header
+        return b"".join((header, head, len(body).to_bytes(4, "big"), body, b"\xce"))
+    parts: list[bytes | memoryview] = [header_frame(channel, len(body), values)]
     view = memoryview(body)
     for start in range(0, len(body), limit):
         chunk = view[start : start + limit]

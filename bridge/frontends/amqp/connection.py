@@ -53,6 +53,7 @@ from bridge.frontends.amqp.framer import (
     check_frame,
     method_name,
 )
+from bridge.intercept.views import Principal
 
 
 class State(Enum):
@@ -206,6 +207,7 @@ class ProxyConnection:
         self.login: str | None = None
         self.passcode: str | None = None
         self.vhost: str | None = None
+        self._principal: Principal | None = None
         self.max_body_size = max_body_size
         self._client = Framer(expect_header=True, validate=True)
         self._broker = Framer(expect_header=False, validate=False, frame_max=0)
@@ -233,6 +235,14 @@ class ProxyConnection:
         # The start of a plain publish (delivery) cut short by the end of a chunk.
         self._client_tail = b""
         self._broker_tail = b""
+
+    @property
+    def principal(self) -> Principal:
+        """Who the client said it is, as the interception core's views name it (made once the
+        handshake has told it)."""
+        if self._principal is None:
+            self._principal = Principal(self.login, self.passcode, self.vhost)
+        return self._principal
 
     @property
     def client_buffered(self) -> int:
@@ -368,8 +378,10 @@ class ProxyConnection:
             )
         if index == START_OK:
             self.login, self.passcode = credentials(frame.method)
+            self._principal = None
         elif index == OPEN:
             self.vhost = getattr(frame.method, "virtual_host", None) or "/"
+            self._principal = None
         if index == TUNE_OK:
             tune = frame.method
             assert isinstance(tune, _C.TuneOk)

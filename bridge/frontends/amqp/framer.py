@@ -12,7 +12,7 @@ joined, so a large frame arriving in small pieces costs linear time, not quadrat
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Any, Final
 
 from pamqp import base, commands
 from pamqp import frame as pframe
@@ -20,7 +20,7 @@ from pamqp import header as pheader
 
 from bridge.frontends.amqp.builders import FRAME_OVERHEAD, PROTOCOL_HEADER
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
-from bridge.frontends.amqp.properties import read_content_header
+from bridge.frontends.amqp.properties import read_content_header, read_values
 from bridge.frontends.amqp.tables import check_method, check_properties
 
 FRAME_METHOD: Final = 1
@@ -72,13 +72,15 @@ def method_name(index: int) -> str:
 class Frame:
     """One frame as it came: ``raw`` is every byte of it, frame-end octet included."""
 
-    __slots__ = ("type", "channel", "raw", "_decoded")
+    __slots__ = ("type", "channel", "raw", "_decoded", "_values", "checked")
 
     def __init__(self, frame_type: int, channel: int, raw: bytes) -> None:
         self.type = frame_type
         self.channel = channel
         self.raw = raw
         self._decoded: object = None
+        self._values: list[Any] | None = None
+        self.checked = False  # a content header whose properties ``check_frame`` walked
 
     def __repr__(self) -> str:
         kind = {1: "method", 2: "header", 3: "body", 8: "heartbeat"}.get(self.type, "?")
@@ -123,8 +125,20 @@ class Frame:
         assert isinstance(self._decoded, pheader.ContentHeader)
         return self._decoded
 
+    @property
+    def values(self) -> list[Any]:
+        """A content header's 14 property values in wire order (``properties.read_values``),
+        read once, without building pamqp's objects; AmqpProtocolError 502 if they cannot be."""
+        if self._values is None:
+            if self.type != FRAME_HEADER:
+                raise TypeError(f"{self!r} is not a content header frame")
+            found = _decode(self, "content header", values=True)
+            assert isinstance(found, list)
+            self._values = found
+        return self._values
 
-def _decode(frame: Frame, what: str) -> object:
+
+def _decode(frame: Frame, what: str, *, values: bool = False) -> object:
     """pamqp's reading of one whole frame (a content header's by ``properties``, to pamqp's
     values), after ``tables`` has checked its bounds (pamqp would loop forever on some). Its
     errors are translated here, the one edge where a frame is decoded, into 502 SYNTAX_ERROR:
@@ -138,8 +152,10 @@ def _decode(frame: Frame, what: str) -> object:
             check_method(method_class, frame.raw[11:-1])
             return pframe.unmarshal(frame.raw)[2]
         payload = frame.raw[7:-1]
-        check_properties(payload)
-        return read_content_header(payload)
+        if not frame.checked:
+            check_properties(payload)
+            frame.checked = True
+        return read_values(payload) if values else read_content_header(payload)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         class_id = method_id = 0
         if frame.type == FRAME_METHOD and len(frame.raw) >= 11:
@@ -352,6 +368,7 @@ def check_frame(frame: Frame) -> None:
         # cannot read then is the same 502 (``_decode``).
         try:
             check_properties(frame.raw[7:-1])
+            frame.checked = True
         except ValueError as exc:
             raise AmqpProtocolError(
                 ReplyCode.SYNTAX_ERROR,

@@ -29,6 +29,7 @@ _LAYOUT: Final = tuple(
 )
 _HEAD: Final = struct.Struct(">HHQH")  # class id, weight, body size, property flags
 _STAMP: Final = struct.Struct(">Q")
+_FLAGS: Final = struct.Struct(">H")
 
 
 def header_frame(channel: int, body_size: int, values: Sequence[Any]) -> bytes:
@@ -72,36 +73,64 @@ def pamqp_values(properties: commands.Basic.Properties) -> list[Any]:
 
 
 _NAMES: Final = tuple(commands.Basic.Properties.__slots__)
+# The same properties by pika's attribute names (what ``adapters.rabbitmq_stomp`` maps).
+PIKA_NAMES: Final = tuple("type" if n == "message_type" else n for n in _NAMES)
+
+
+def read_values(payload: bytes) -> list[Any]:
+    """A content header frame's payload as its 14 property values in wire order (None: unset;
+    a timestamp as the integer on the wire, a table as pamqp decodes it). The caller has
+    checked its bounds (``tables.check_properties``); a short string that is not UTF-8 raises
+    UnicodeDecodeError, as in pamqp's reader."""
+    flags = _FLAGS.unpack_from(payload, 12)[0]
+    values: list[Any] = [None] * len(_LAYOUT)
+    if not flags:
+        return values
+    pos = _HEAD.size
+    for i, (flag, kind) in enumerate(_LAYOUT):
+        if not flags & flag:
+            continue
+        if kind == "s":
+            end = pos + 1 + payload[pos]
+            values[i] = payload[pos + 1:end].decode("utf-8")
+            pos = end
+        elif kind == "o":
+            values[i] = payload[pos]
+            pos += 1
+        elif kind == "T":
+            values[i] = _STAMP.unpack_from(payload, pos)[0]
+            pos += 8
+        else:
+            used, values[i] = decode.field_table(payload[pos:])
+            pos += used
+    return values
+
+
+def _pamqp_stamp(stamp: int) -> datetime.datetime:
+    """A timestamp as pamqp reads it: past the year 2106, as milliseconds."""
+    seconds: float = stamp / 1000.0 if stamp > 0xFFFFFFFF else stamp
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
 
 
 def read_content_header(payload: bytes) -> pheader.ContentHeader:
-    """A content header frame's payload as pamqp reads it. The caller has checked its bounds
-    (``tables.check_properties``); a value pamqp could not read either (a short string that
-    is not UTF-8) raises as pamqp's reader does."""
-    class_id, weight, body_size, flags = _HEAD.unpack_from(payload, 0)
+    """A content header frame's payload as pamqp reads it (``read_values``)."""
+    class_id, weight, body_size, _ = _HEAD.unpack_from(payload, 0)
     props = commands.Basic.Properties()
-    pos = _HEAD.size
-    for (flag, kind), name in zip(_LAYOUT, _NAMES, strict=True):
-        if not flags & flag:
-            continue
-        value: Any
-        if kind == "s":
-            end = pos + 1 + payload[pos]
-            value = payload[pos + 1:end].decode("utf-8")
-            pos = end
-        elif kind == "o":
-            value = payload[pos]
-            pos += 1
-        elif kind == "T":
-            stamp: float = _STAMP.unpack_from(payload, pos)[0]
-            if stamp > 0xFFFFFFFF:  # pamqp's reading: past the year 2106, milliseconds
-                stamp /= 1000.0
-            value = datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC)
-            pos += 8
-        else:
-            used, value = decode.field_table(payload[pos:])
-            pos += used
-        setattr(props, name, value)
+    for name, value in zip(_NAMES, read_values(payload), strict=True):
+        if value is not None:
+            setattr(props, name, _pamqp_stamp(value) if name == "timestamp" else value)
     header = pheader.ContentHeader(weight, body_size, props)
     header.class_id = class_id
     return header
+
+
+def plugin_values(values: list[Any]) -> dict[str, Any]:
+    """``read_values`` by pika's attribute names, only the ones set, a timestamp in epoch
+    seconds as pamqp's reading of it gives them: what ``adapters.rabbitmq_stomp.plugin_headers``
+    maps to STOMP headers."""
+    out = {name: value for name, value in zip(PIKA_NAMES, values, strict=True)
+           if value is not None}
+    stamp = out.get("timestamp")
+    if stamp is not None and stamp > 0xFFFFFFFF:
+        out["timestamp"] = int(_pamqp_stamp(stamp).timestamp())
+    return out

@@ -93,8 +93,7 @@ class ConsumerSide:
 
     @property
     def principal(self) -> Principal:
-        conn = self.conn
-        return Principal(conn.login, conn.passcode, conn.vhost)
+        return self.conn.principal
 
     # -- client -> broker ---------------------------------------------------------------------
     def client_frame(self, frame: Frame) -> Failure | Drop | list[Event] | None:

@@ -145,8 +145,24 @@ def encode_table(table: dict[str, Any]) -> bytes:
     """A field table's bytes (its length first), in RabbitMQ's types: integers as signed 32 or
     64 bits, floats as doubles. pamqp 3.3 cannot write an integer from -128 to -1 (it packs a
     signed octet unsigned) and writes floats in single precision."""
-    body = b"".join(_key(k) + _field_value(v) for k, v in table.items())
+    parts: list[bytes] = []
+    keys = _KEYS
+    for name, value in table.items():
+        key = keys.get(name)
+        if key is None:
+            key = _key(name)
+            if len(keys) < 4096:  # the names a bridge writes again and again
+                keys[name] = key
+        if type(value) is str:  # most entries (every STOMP header): written here
+            raw = value.encode()
+            parts += (key, b"S", _LONG.pack(len(raw)), raw)
+        else:
+            parts += (key, _field_value(value))
+    body = b"".join(parts)
     return _LONG.pack(len(body)) + body
+
+
+_KEYS: dict[str, bytes] = {}
 
 
 def _key(name: str) -> bytes:

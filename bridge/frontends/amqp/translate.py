@@ -13,24 +13,27 @@ relayed as the bytes that came in.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import re
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
-import pika
 from pamqp import commands
 
 from adapters import amqp_types
-from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
+from adapters.rabbitmq_stomp import Route, plugin_headers, plugin_properties, route
 from bridge.frontends.amqp.assembler import Message
-from bridge.frontends.amqp.builders import content_frames_of, publish_method
+from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
 from bridge.frontends.amqp.framer import plain_publish
+from bridge.frontends.amqp.properties import header_frame, plugin_values
 from bridge.intercept.chain import Chain
-from bridge.intercept.decisions import Hold, Refuse, Rewrite
-from bridge.intercept.views import Principal, Send
+from bridge.intercept.decisions import Decision, Hold, Refuse, Rewrite
+from bridge.intercept.views import Send
 
 # pamqp's property names where pika's differ.
 _PIKA_NAMES = {"message_type": "type"}
+_TABLE = 2  # the header table's and the delivery mode's places in the 14 property values
+_MODE = 3
 _PROPERTY_NAMES = (
     "content_type", "content_encoding", "headers", "delivery_mode", "priority",
     "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "message_type",
@@ -57,20 +60,21 @@ def headers_of(properties: commands.Basic.Properties) -> dict[str, str]:
         if isinstance(value, dt.datetime):
             value = int(value.replace(tzinfo=value.tzinfo or dt.UTC).timestamp())
         values[_PIKA_NAMES.get(name, name)] = value
-    return stomp_headers(pika.BasicProperties(**values))
+    return plugin_headers(values)
 
 
 def property_values(headers: Mapping[str, str]) -> list[Any]:
     """The AMQP properties RabbitMQ's plugin gives a SEND with these headers, as
     ``builders.header_frame`` writes them (Basic's 14, in wire order). ValueError for a SEND
     the plugin refuses."""
-    props = amqp_properties(headers)
-    mode = props.delivery_mode
+    props = plugin_properties(headers)
+    get = props.get
+    mode = get("delivery_mode")
     if mode is not None and mode not in (1, 2):
         mode = 1  # RabbitMQ takes any octet here and persists only 2
-    return [props.content_type, props.content_encoding, props.headers, mode, props.priority,
-            props.correlation_id, props.reply_to, props.expiration, props.message_id,
-            props.timestamp, props.type, props.user_id, props.app_id, None]
+    return [get("content_type"), get("content_encoding"), get("headers"), mode, get("priority"),
+            get("correlation_id"), get("reply_to"), get("expiration"), get("message_id"),
+            get("timestamp"), get("type"), get("user_id"), get("app_id"), None]
 
 
 class PublishScreen:
@@ -89,45 +93,67 @@ class PublishScreen:
         self._keys = tuple(bytes((len(n.encode()),)) + n.encode() for n in sorted(self.names)
                            if len(n.encode()) < 256)
         self._mentioned = tuple(m.encode() for m in self.mentions)
+        # One search for them all (a regular expression of the keys, longest first).
+        self._key_search = (re.compile(b"|".join(re.escape(k) for k in sorted(
+            self._keys, key=len, reverse=True))).search if self._keys else None)
         # A chunk of client bytes holding none of these holds no publish this screen would
         # look at (``fastpath``): a header key's name (a key of 256 bytes or more cannot be
         # in a table, so it is never met), or a mention.
         self.needles = tuple(n.encode() for n in sorted(self.names)) + self._mentioned
+        self._routes: dict[str, Route] = {}
 
-    async def __call__(self, message: Message, conn: ProxyConnection) -> bytes | None:
+    def __call__(self, message: Message,
+                 conn: ProxyConnection) -> bytes | None | Coroutine[Any, Any, bytes | None]:
+        """The publish's bytes to send up instead (None: relay it as it came); a coroutine
+        giving them when the chain holds the publish; ``Refused`` when it refuses it."""
         header = message.header_frame.raw
         routing = message.method_frame.raw
-        if not any(k in header for k in self._keys) and not any(
+        if (self._key_search is None or self._key_search(header) is None) and not any(
             m in routing for m in self._mentioned
         ):
             return None
         exchange, routing_key, mandatory = publish_fields(message)
         destination = destination_of(exchange, routing_key)
-        table = message.properties.headers or {}
+        values = message.header_frame.values
+        table = values[_TABLE] or {}
         if not any(n in table for n in self.names) and not any(
             m in destination for m in self.mentions
         ):
             return None
-        props = message.properties
-        headers = {"destination": destination, **headers_of(props)}
-        types = amqp_types.encode(props.headers, props.delivery_mode, drop=self.names)
+        headers = {"destination": destination, **plugin_headers(plugin_values(values))}
+        types = amqp_types.encode(values[_TABLE], values[_MODE], drop=self.names)
         if types is not None:  # the staged copy keeps the table's types for the release
             headers[amqp_types.TYPES_HEADER] = types
-        view = Send(destination, headers, message.body_size,
-                    Principal(conn.login, conn.passcode, conn.vhost))
+        view = Send(destination, headers, message.body_size, conn.principal)
         decision = self.chain.on_send(view)
+        if isinstance(decision, Hold):
+            return self._held(message, conn, view, decision, mandatory)
+        return self._bytes(message, conn, decision, mandatory)
+
+    async def _held(self, message: Message, conn: ProxyConnection, view: Send,
+                    decision: Decision, mandatory: bool) -> bytes | None:
         while isinstance(decision, Hold):
             await decision.check()
             decision = self.chain.on_send(view)
+        return self._bytes(message, conn, decision, mandatory)
+
+    def _bytes(self, message: Message, conn: ProxyConnection, decision: Decision,
+               mandatory: bool) -> bytes | None:
         if isinstance(decision, Refuse):
             raise decision.refusal
         if not isinstance(decision, Rewrite):
             return None
         staged = dict(decision.headers)  # first wins was applied when they were made
-        where = route(decision.destination)
-        method = publish_method(message.channel, where.exchange, where.routing_key, mandatory)
-        return method + content_frames_of(message.channel, property_values(staged),
-                                          message.body, conn.frame_max)
+        where = self._routes.get(decision.destination)
+        if where is None:
+            where = route(decision.destination)
+            if len(self._routes) < 256:  # the staging levels' few destinations
+                self._routes[decision.destination] = where
+        channel = message.channel
+        method = publish_method(channel, where.exchange, where.routing_key, mandatory)
+        header = header_frame(channel, message.body_size, property_values(staged))
+        # The body frames go as they came: the same channel, within the same frame_max.
+        return b"".join((method, header, *[frame.raw for frame in message.body_frames]))
 
 
 def publish_fields(message: Message) -> tuple[str, str, bool]:
