@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import itertools
 from collections import Counter as Tally
 from collections import deque
@@ -400,10 +399,13 @@ class _Link:
                     pending = deque(self.conn.recheck(pending))
                     continue
             if type(event) is Message:
-                out = await self._offer(event)
-                if isinstance(out, bytes):
-                    if out is not event.raw:
-                        rewritten += 1
+                out = self._offer(event)
+                if out is not None and type(out) is not bytes and type(out) is not list:
+                    out = await out  # type: ignore[misc]
+                if out is None:
+                    up.append(event.raw)
+                elif isinstance(out, bytes):
+                    rewritten += 1
                     up.append(out)
                 else:  # refused: what followed on its channel is dropped, as after its Close
                     for made in out:
@@ -451,20 +453,33 @@ class _Link:
         except Exception as exc:  # noqa: BLE001 - the upstream closes: the broker has them
             self.log.error("settling a lost client's deliveries failed", error=repr(exc))
 
-    async def _offer(self, message: Message) -> bytes | list[Event]:
-        """The hook's answer for one publish: bytes to send up, or the refusal's events."""
+    def _offer(self, message: Message
+               ) -> bytes | list[Event] | None | Awaitable[bytes | list[Event] | None]:
+        """The hook's answer for one publish: None to relay it as it came, bytes to send up
+        instead, or the refusal's events; an awaitable of them when the hook waits (a held
+        publish)."""
         hook = self.relay.hook
         if hook is None:
-            return message.raw
+            return None
         try:
             result = hook(message, self.conn)
-            if inspect.isawaitable(result):
-                result = await result
         except Refused as exc:
-            self.log.info("publish refused", channel=message.channel, reason=exc.reason.name)
-            self.relay.stats.refusals[exc.reason.name] += 1
-            return self.conn.refuse(message.channel, str(exc))
-        return message.raw if result is None else result
+            return self._refused(message, exc)
+        if result is None or type(result) is bytes:
+            return result
+        return self._awaited(message, result)  # type: ignore[arg-type]
+
+    async def _awaited(self, message: Message,
+                       result: Awaitable[bytes | None]) -> bytes | list[Event] | None:
+        try:
+            return await result
+        except Refused as exc:
+            return self._refused(message, exc)
+
+    def _refused(self, message: Message, exc: Refused) -> list[Event]:
+        self.log.info("publish refused", channel=message.channel, reason=exc.reason.name)
+        self.relay.stats.refusals[exc.reason.name] += 1
+        return self.conn.refuse(message.channel, str(exc))
 
     async def _broker_to_client(self) -> None:
         assert self.up_r is not None and self.up_w is not None
