@@ -172,3 +172,13 @@ def test_a_run_ends_at_a_redelivery_a_partial_message_or_the_bridges_own_channel
     confirm = method(B.Ack(delivery_tag=9, multiple=True), 1)
     assert delivery_run(confirm + plain + confirm, own=100)[::2] == (2 * len(confirm) + len(plain),
                                                                     2)
+    # A delivery whose header table has a key the chain names (on the wire: its length, then
+    # its name) ends the run; its body holding the name does not.
+    counted = delivery(1, 3, redelivered=False, headers={"x-delivery-count": 2}, size=10)
+    named = delivery(1, 4, redelivered=False, headers={"a": "b"}, size=30)
+    named = named.replace(b"b" * 30, b"\x10x-delivery-count" + b"b" * 13)
+    keys = (b"\x10x-delivery-count",)
+    assert delivery_run(plain + counted, own=100, keys=keys)[:2] == (len(plain), [
+        delivery_run(plain, own=100)[1][0]])
+    assert delivery_run(plain + counted, own=100)[0] == len(plain + counted)
+    assert delivery_run(plain + named, own=100, keys=keys)[0] == len(plain + named)

@@ -229,8 +229,9 @@ class ProxyConnection:
         # destination names): a chunk holding none of them may relay its leading whole
         # publishes without framing them (``fastpath``). None: every publish is framed.
         self.screen_needles: tuple[bytes, ...] | None = None
-        # The same for deliveries (with ``assemble_broker``): a chunk from the broker holding
-        # none of these may give its leading plain deliveries as a ``DeliveryRun``.
+        # The same for deliveries (with ``assemble_broker``): header-table keys as on the wire
+        # (length octet, name); a plain delivery whose table holds none of them is given in a
+        # ``DeliveryRun``.
         self.delivery_needles: tuple[bytes, ...] | None = None
         # The start of a plain publish (delivery) cut short by the end of a chunk.
         self._client_tail = b""
@@ -441,17 +442,16 @@ class ProxyConnection:
                 and self._broker.idle):
             if self._broker_tail:
                 data, self._broker_tail = self._broker_tail + data, b""
-            if not any(n in data for n in needles):
-                done, found, confirms, short = delivery_run(data, self.own_channel)
-                out: list[Event] = []
-                if done:
-                    out.append(DeliveryRun(data[:done] if done < len(data) else data, found,
-                                           confirms))
-                if short and len(data) - done <= TAIL_MAX:  # the same for a delivery
-                    self._broker_tail = data[done:]
-                    return out
-                if done:
-                    return out + self._broker_framed(data[done:]) if done < len(data) else out
+            done, found, confirms, short = delivery_run(data, self.own_channel, needles)
+            out: list[Event] = []
+            if done:
+                out.append(DeliveryRun(data[:done] if done < len(data) else data, found,
+                                       confirms))
+            if short and len(data) - done <= TAIL_MAX:  # the same for a delivery
+                self._broker_tail = data[done:]
+                return out
+            if done:
+                return out + self._broker_framed(data[done:]) if done < len(data) else out
         elif self._broker_tail:
             data, self._broker_tail = self._broker_tail + data, b""
         return self._broker_framed(data)

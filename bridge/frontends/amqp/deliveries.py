@@ -27,7 +27,6 @@ from bridge.intercept.views import Delivery
 
 _LONGLONG = struct.Struct(">Q")
 _HEADERS_FLAG = 0x2000
-_SHORTSTR_FLAGS = (0x8000, 0x4000)  # content_type, content_encoding: before the table
 # Headers a delivery's view never gets from its table alone (they are properties or the
 # delivery's own): asking for one decodes the properties.
 _FROM_PROPERTIES = frozenset({
@@ -140,32 +139,49 @@ def _make_entry(name: str, value: str) -> bytes:
     return bytes((len(key),)) + key + b"S" + len(data).to_bytes(4, "big") + data
 
 
+class Stamper:
+    """Sets the same ``headers`` in content header frames (a delivery's ``JMSXDeliveryCount``):
+    their entries written once, the frame's other bytes kept."""
+
+    __slots__ = ("added", "names", "keys")
+
+    def __init__(self, headers: tuple[tuple[str, str], ...]) -> None:
+        self.added = b"".join(_entry(n, v) for n, v in headers)
+        self.names = {n.encode() for n, _ in headers}
+        self.keys = tuple(bytes((len(n),)) + n for n in self.names)
+
+    def __call__(self, raw: bytes | memoryview) -> bytes:
+        """``raw`` (a content header frame) with the headers set in its header table: an entry
+        of the same name already there is removed."""
+        flags = (raw[19] << 8) | raw[20]
+        pos = 21
+        if flags & 0x8000:  # content_type, then content_encoding: before the table
+            pos += 1 + raw[pos]
+        if flags & 0x4000:
+            pos += 1 + raw[pos]
+        added = self.added
+        if flags & _HEADERS_FLAG:
+            size = int.from_bytes(raw[pos:pos + 4], "big")
+            table = bytes(raw[pos + 4:pos + 4 + size])
+            if any(key in table for key in self.keys):  # rare: one is there already
+                names = self.names
+                table = b"".join(table[start:stop] for key, start, stop in table_entries(table)
+                                 if key not in names)
+            size_after = len(table) + len(added)
+            payload_size = len(raw) - 8 + size_after - size
+            return b"".join((raw[:3], payload_size.to_bytes(4, "big"), raw[7:pos],
+                             size_after.to_bytes(4, "big"), table, added,
+                             raw[pos + 4 + size:]))
+        payload_size = len(raw) - 8 + 4 + len(added)
+        return b"".join((raw[:3], payload_size.to_bytes(4, "big"), raw[7:19],
+                         (flags | _HEADERS_FLAG).to_bytes(2, "big"), raw[21:pos],
+                         len(added).to_bytes(4, "big"), added, raw[pos:]))
+
+
 def stamped_header(raw: bytes, headers: tuple[tuple[str, str], ...]) -> bytes:
     """A content header frame's bytes with ``headers`` set in its header table: an entry of
     the same name already there is removed, the rest of the frame is kept byte for byte."""
-    payload_at = 7
-    flags_at = payload_at + 12
-    flags = int.from_bytes(raw[flags_at:flags_at + 2], "big")
-    pos = flags_at + 2
-    for flag in _SHORTSTR_FLAGS:
-        if flags & flag:
-            pos += 1 + raw[pos]
-    added = b"".join(_entry(n, v) for n, v in headers)
-    if flags & _HEADERS_FLAG:
-        size = int.from_bytes(raw[pos:pos + 4], "big")
-        table = raw[pos + 4:pos + 4 + size]
-        names = {n.encode() for n, _ in headers}
-        if any(bytes((len(n),)) + n in table for n in names):  # rare: one is there already
-            table = b"".join(table[start:stop] for key, start, stop in table_entries(table)
-                             if key not in names)
-        table += added
-        payload = raw[payload_at:pos] + len(table).to_bytes(4, "big") + table
-        payload += raw[pos + 4 + size:-1]
-    else:
-        payload = (raw[payload_at:flags_at] + (flags | _HEADERS_FLAG).to_bytes(2, "big")
-                   + raw[flags_at + 2:pos] + len(added).to_bytes(4, "big") + added
-                   + raw[pos:-1])
-    return raw[:3] + len(payload).to_bytes(4, "big") + payload + b"\xce"
+    return Stamper(headers)(raw)
 
 
 def stamped(message: Message, headers: tuple[tuple[str, str], ...]) -> bytes:

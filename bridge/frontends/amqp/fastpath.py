@@ -142,11 +142,14 @@ def without_channels(raw: bytes, channels: Container[int]) -> tuple[bytes, int]:
 Found = tuple[int, int, int, int, int, bytes, int]
 
 
-def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], int, bool]:
+def delivery_run(data: bytes, own: int | None,
+                 keys: tuple[bytes, ...] = ()) -> tuple[int, list[Found], int, bool]:
     """(bytes, deliveries, confirms, short): how many leading bytes of ``data`` are whole
     deliveries of the plain kind (Basic.Deliver with its arguments only, the redelivered bit
-    clear, on a channel other than 0 and ``own``, its content header of class Basic and its
-    body frames adding up to the size announced) and publisher confirms (Basic.Ack frames,
+    clear, on a channel other than 0 and ``own``, its content header of class Basic, with no
+    header-table entry named in ``keys`` (each as on the wire: its length octet, then its
+    name), and its body frames adding up to the size announced) and publisher confirms
+    (Basic.Ack frames,
     which nobody on the bridge reads), each delivery's offsets and fields, how many confirms,
     and whether what follows them is such a delivery or confirm so far, cut short by the end
     of ``data``. The broker is trusted to keep within the frame size it agreed; its frames are
@@ -196,6 +199,10 @@ def delivery_run(data: bytes, own: int | None) -> tuple[int, list[Found], int, b
         content_class, _, body_size = _CONTENT.unpack_from(data, pos + 7)
         if data[end - 1] != FRAME_END or content_class != _BASIC:
             return done, found, confirms, False
+        if keys and data[pos + 19] & 0x20:  # a header table: none of its keys may be one
+            for key in keys:
+                if data.find(key, pos + 21, end) >= 0:
+                    return done, found, confirms, False
         body_at = pos = end
         got = 0
         while got < body_size:

@@ -39,10 +39,10 @@ from bridge.frontends.amqp.consumers import (
 )
 from bridge.frontends.amqp.copies import CopyChannel, CopyFailed
 from bridge.frontends.amqp.deliveries import (
+    Stamper,
     delivery_fields,
     delivery_view,
     stamped,
-    stamped_header,
 )
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
@@ -77,13 +77,14 @@ class ConsumerSide:
         conn.on_refused = self.consumers.drop  # the broker takes the channel's deliveries back
         # Deliveries not redelivered and carrying none of the headers the chain names get
         # its one decision for them, found once; the connection gives them as a DeliveryRun.
-        self._plain_stamp: tuple[tuple[str, str], ...] | None = None
+        self._plain_stamp: Stamper | None = None
         plain = chain.plain_delivery() if self.stamps else RELAY
         if isinstance(plain, Stamp):
-            self._plain_stamp = plain.headers
+            self._plain_stamp = Stamper(plain.headers)
         if plain is RELAY or isinstance(plain, Stamp):
             conn.delivery_needles = tuple(
-                n.encode() for n in sorted(interest.delivery_headers) if len(n.encode()) < 256)
+                bytes((len(n.encode()),)) + n.encode() for n in sorted(interest.delivery_headers)
+                if len(n.encode()) < 256)
         self.copies: CopyChannel | None = None
         self._write: Callable[[bytes], None] | None = None
 
@@ -276,15 +277,15 @@ class ConsumerSide:
                 for start, _, _, end, channel, consumer, tag in run.deliveries:
                     track(channel, consumer, tag, raw[start:end])
             return raw
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
+        view = memoryview(raw)
         at = 0  # what is between two deliveries (confirms) goes as it came
         for start, header_at, body_at, end, channel, consumer, tag in run.deliveries:
             if track is not None:
                 track(channel, consumer, tag, raw[start:end])
-            parts += (raw[at:header_at], stamped_header(raw[header_at:body_at], stamp),
-                      raw[body_at:end])
-            at = end
-        parts.append(raw[at:])
+            parts += (view[at:header_at], stamp(raw[header_at:body_at]))
+            at = body_at
+        parts.append(view[at:])
         return b"".join(parts)
 
     def broker_lost(self, why: str) -> None:
