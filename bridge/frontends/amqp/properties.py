@@ -37,26 +37,32 @@ def header_frame(channel: int, body_size: int, values: Sequence[Any]) -> bytes:
     pamqp 3.3 gets negative integers and floats in a table wrong). ``values``: the 14
     properties in wire order, None for unset; an empty string is left out, as pamqp leaves it
     out. ValueError for a value that does not fit its type."""
+    if len(values) != len(_LAYOUT):
+        raise ValueError(f"{len(values)} property values; Basic has {len(_LAYOUT)}")
     flags = 0
     parts: list[bytes] = []
-    for (flag, kind), value in zip(_LAYOUT, values, strict=True):
+    for i, value in enumerate(values):
         if value is None or value == "":
             continue
+        flag, kind = _LAYOUT[i]
         flags |= flag
         if kind == "s":
             raw = value.encode()
             if len(raw) > 255:
                 raise ValueError(f"a property longer than 255 bytes ({value[:40]!r}...)")
-            parts += (bytes((len(raw),)), raw)
-        elif kind == "o":
-            parts.append(bytes((value,)))  # ValueError outside 0-255
+            parts += (_LENGTHS[len(raw)], raw)
         elif kind == "t":
             parts.append(encode_table(value))
+        elif kind == "o":
+            parts.append(bytes((value,)))  # ValueError outside 0-255
         else:
             parts.append(_STAMP.pack(value))
     payload = _HEAD.pack(commands.Basic.frame_id, 0, body_size, flags) + b"".join(parts)
-    return (b"\x02" + channel.to_bytes(2, "big") + len(payload).to_bytes(4, "big") + payload
-            + b"\xce")
+    return b"".join((b"\x02", channel.to_bytes(2, "big"), len(payload).to_bytes(4, "big"),
+                     payload, b"\xce"))
+
+
+_LENGTHS: Final = tuple(bytes((n,)) for n in range(256))
 
 
 def pamqp_values(properties: commands.Basic.Properties) -> list[Any]:
