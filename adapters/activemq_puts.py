@@ -7,9 +7,12 @@ What this relies on, checked against ActiveMQ 5.17 (tests/integration/test_adapt
 - An ERROR names the ``receipt-id`` of the frame that failed and leaves the connection open.
   ``settle`` SENDs with receipts and ACKs only what went through: a SEND refused that way (e.g.
   to a ``/remote-temp-queue/`` whose connection is gone: DestinationDoesNotExistException) leaves
-  its message held by us and raises PutRefused, the other moves done. (Not a transaction: a
-  COMMIT costs about 8 ms under load; and a SEND without a receipt that is refused inside one is
-  not answered with an ERROR but marks the transaction rollback-only.)
+  its message held by us and raises PutRefused, the other moves done. Many SENDs at once go in
+  a transaction instead (``TX_MIN``): a SEND refused inside one is answered with an ERROR that
+  names no receipt and marks the transaction rollback-only, so its COMMIT is refused ("COMMIT
+  FAILED: Transaction marked rollback only"), nothing of it is stored, the transaction is gone
+  (an ABORT of it is "Invalid transaction id") and the connection stays open; the SENDs then go
+  again with receipts.
 """
 
 from __future__ import annotations
@@ -31,6 +34,12 @@ FRAME_HEADERS = PER_DELIVERY | {"receipt", "transaction"}
 # /remote-temp-queue/<id>: another connection's temporary queue (a reply-to), as ActiveMQ names it.
 DESTINATION_PREFIXES = ("/queue/", "/topic/", "/remote-temp-queue/", "/remote-temp-topic/")
 CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
+# A settle with this many SENDs or more puts them in one transaction (a burst's releases):
+# ActiveMQ stores persistent SENDs that each want a receipt one by one, about 2,900 a second
+# here, and a transaction's 500 at once, 17,000-19,000 a second (stomp.py, 20,000 of 100 B).
+# Fewer go with receipts: a COMMIT costs about 8 ms under load, which a trickle of releases
+# would wait for (see ``settle``).
+TX_MIN = 50
 
 
 def valid_destination(destination: str) -> bool:
@@ -96,14 +105,17 @@ class Puts(Connection):
     _peek_wait: float
 
     def settle(self, moves: Sequence[Move]) -> None:
-        """Each SEND with a receipt, pipelined; when every receipt is in, the ACK of every
-        move whose SEND went through (one receipt, on the last, checked by the next settle).
-        No transaction: a COMMIT on ActiveMQ 5.17 took about 8 ms under load, and at 1,000
-        releases a second that was most of the engine's time (p99 lateness 3.4-3.7 s with
-        transactions, 44 ms without). A crash between a SEND and its ACK puts the message
-        twice, never loses it. Any failure but a refused SEND closes the connection, so the
-        broker returns what was held; a refused SEND raises PutRefused with the other moves
-        done (``also_done``)."""
+        """Each SEND with a receipt, pipelined, or, from ``TX_MIN`` SENDs, all in one transaction
+        committed with a receipt; when they are stored, the ACK of every move whose SEND
+        went through (one receipt, on the last, checked by the next settle). Not every
+        settle in a transaction: a COMMIT on ActiveMQ 5.17 took about 8 ms under load, and
+        at 1,000 releases a second (settles of a few) that was most of the engine's time
+        (p99 lateness 3.4-3.7 s with transactions, 44 ms without). A COMMIT that ActiveMQ
+        refuses (a SEND in it was refused, so it rolled back) is followed by the same SENDs
+        with receipts. A crash between a SEND and its ACK puts the message twice, never
+        loses it. Any failure but a refused SEND closes the connection, so the broker
+        returns what was held; a refused SEND raises PutRefused with the other moves done
+        (``also_done``)."""
         if not moves:
             return
         conn = self._live()
@@ -125,24 +137,18 @@ class Puts(Connection):
                 raise PutRefused(i, MQRC_UNKNOWN_OBJECT_NAME,
                                  "not a destination ActiveMQ's STOMP can send to",
                                  move.destination)
-        receipts: list[str] = []
-        sends: dict[str, int] = {}  # a SEND's receipt -> its move
+        sending = [i for i, move in enumerate(moves)
+                   if move.destination is not None and move.message is not None]
         acks, self._acks = self._acks, None
         errors = acks[1] if acks else len(self._listener.errors)
         try:
-            with self._translate(), corked(conn):
-                for i, move in enumerate(moves):
-                    if move.destination is not None and move.message is not None:
-                        receipts.append(self._receipt())
-                        sends[receipts[-1]] = i
-                        self._send(conn, move.destination, move.message,
-                                   text=self._token(move.held).text, receipt=receipts[-1])
-            failures = self._await_all([*receipts, *acks[:1]] if acks else receipts, "settle")
-            if acks and acks[0] in failures:
-                raise BrokerUnavailable(f"{self._where()}: ACK: {failures[acks[0]]}")
-            if len(self._listener.errors) > errors:
-                raise BrokerUnavailable(f"{self._where()}: settle: {self._listener.errors[-1]}")
-            refused = {sends[r]: text for r, text in failures.items()}
+            refused: dict[int, str] | None = None
+            if len(sending) >= TX_MIN:
+                refused = self._put_in_transaction(conn, moves, sending, acks, errors)
+                acks = None  # waited for with the COMMIT
+                errors = len(self._listener.errors)  # a refused SEND's ERROR names no receipt
+            if refused is None:
+                refused = self._put_with_receipts(conn, moves, sending, acks, errors)
             done = [i for i in range(len(moves)) if i not in refused]
             if done:
                 # One receipt, on the last ACK, and not waited for: an ACK that is lost only
@@ -172,6 +178,52 @@ class Puts(Connection):
             self._log.debug("put refused", destination=moves[first].destination, error=text)
             raise PutRefused(first, activemq_reason(text), text, moves[first].destination or "",
                              also_done=tuple(i for i in done if i > first))
+
+    def _put_in_transaction(self, conn: Connection12, moves: Sequence[Move],
+                            sending: list[int], acks: tuple[str, int] | None,
+                            errors: int) -> dict[int, str] | None:
+        """The SENDs in one transaction, committed with a receipt: {} when it is, None when
+        ActiveMQ refused the COMMIT (a SEND in it was refused: the transaction is rolled back,
+        nothing of it stored, and the SENDs go again with receipts, which name the one)."""
+        tx, commit = self._receipt(), self._receipt()
+        with self._translate(), corked(conn):
+            conn.begin(transaction=tx)
+            for i in sending:
+                move = moves[i]
+                assert move.destination is not None and move.message is not None
+                self._send(conn, move.destination, move.message,
+                           text=self._token(move.held).text, transaction=tx)
+            conn.commit(transaction=tx, receipt=commit)
+        failures = self._await_all([commit, *acks[:1]] if acks else [commit], "settle")
+        if acks and acks[0] in failures:
+            raise BrokerUnavailable(f"{self._where()}: ACK: {failures[acks[0]]}")
+        if commit in failures:
+            self._log.debug("transaction refused, putting one by one", error=failures[commit])
+            return None
+        if len(self._listener.errors) > errors:
+            raise BrokerUnavailable(f"{self._where()}: settle: {self._listener.errors[-1]}")
+        return {}
+
+    def _put_with_receipts(self, conn: Connection12, moves: Sequence[Move],
+                           sending: list[int], acks: tuple[str, int] | None,
+                           errors: int) -> dict[int, str]:
+        """Each SEND with a receipt, pipelined: the refused ones' texts, by move."""
+        receipts: list[str] = []
+        sends: dict[str, int] = {}  # a SEND's receipt -> its move
+        with self._translate(), corked(conn):
+            for i in sending:
+                move = moves[i]
+                assert move.destination is not None and move.message is not None
+                receipts.append(self._receipt())
+                sends[receipts[-1]] = i
+                self._send(conn, move.destination, move.message,
+                           text=self._token(move.held).text, receipt=receipts[-1])
+        failures = self._await_all([*receipts, *acks[:1]] if acks else receipts, "settle")
+        if acks and acks[0] in failures:
+            raise BrokerUnavailable(f"{self._where()}: ACK: {failures[acks[0]]}")
+        if len(self._listener.errors) > errors:
+            raise BrokerUnavailable(f"{self._where()}: settle: {self._listener.errors[-1]}")
+        return {sends[r]: text for r, text in failures.items()}
 
     def _confirm_acks(self) -> None:
         """Wait for the receipt on the last settle's ACKs (settle itself leaves that to the

@@ -600,3 +600,49 @@ def test_activemq_a_refused_send_mid_batch_leaves_only_it_held(
     assert sorted(m.body for m in adapter.browse(target)) == [b"m0", b"m2"]
     adapter.settle([Move(held[1])])  # still held, and still ours to settle
     assert list(adapter.browse(source)) == []
+
+
+
+@only("activemq")
+def test_activemq_a_refused_send_in_a_transaction_is_put_again_with_receipts(
+    adapter: StagingBroker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settle of ``TX_MIN`` SENDs or more goes in one transaction: one SEND refused in it gets
+    the COMMIT refused and nothing stored, and the SENDs go again with receipts, which name it;
+    every other copy is on its target once."""
+    from adapters.activemq_puts import TX_MIN
+
+    answers: list[object] = []
+    put = adapter._put_in_transaction  # type: ignore[attr-defined]
+
+    def spied(*args: object) -> object:
+        answers.append(put(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(adapter, "_put_in_transaction", spied)
+    source, target = names(), names()
+    adapter.ensure_queues([source, target])
+    _fill(adapter, source, 2 * TX_MIN)
+    adapter.subscribe(source, 2 * TX_MIN)
+    held: list[Held] = []
+    deadline = time.monotonic() + 5
+    while len(held) < 2 * TX_MIN and time.monotonic() < deadline:
+        held += adapter.poll(0.1)
+    assert len(held) == 2 * TX_MIN
+    there = adapter.format.client_destination(target)
+    adapter.settle([Move(h, there, h.message) for h in held[:TX_MIN]])
+    assert answers == [{}]  # committed
+    assert len(list(adapter.browse(target))) == TX_MIN
+    rest, bad = held[TX_MIN:], 3
+    gone = f"/remote-temp-queue/ID:jbt-gone-{uuid.uuid4().hex[:12]}-1:1:1"
+    moves = [Move(h, gone if i == bad else there, h.message) for i, h in enumerate(rest)]
+    with pytest.raises(PutRefused) as refused:
+        adapter.settle(moves)
+    assert answers == [{}, None]  # the COMMIT refused, then one by one
+    assert refused.value.index == bad
+    assert refused.value.also_done == tuple(range(bad + 1, len(moves)))
+    assert refused.value.reason.name == "MQRC_UNKNOWN_OBJECT_NAME"
+    bodies = sorted(m.body for m in adapter.browse(target))
+    assert len(bodies) == len(set(bodies)) == 2 * TX_MIN - 1  # each once
+    adapter.settle([Move(rest[bad])])  # still held, and still ours to settle
+    assert list(adapter.browse(source)) == []
