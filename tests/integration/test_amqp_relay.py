@@ -55,9 +55,9 @@ def _require_rabbit() -> None:
 def _hook(message: Message, conn: ProxyConnection) -> bytes | None:
     publish: Any = message.method  # a Basic.Publish
     key = publish.routing_key
-    if key.startswith("amqp-relay-refuse"):
+    if key.startswith("jbt-amqp-relay-refuse"):
         raise Refused(MQRC_EXPIRY_ERROR, "time to live shorter than the delay")
-    if key.startswith("amqp-relay-rewrite"):
+    if key.startswith("jbt-amqp-relay-rewrite"):
         props = message.properties
         props.headers = {**(props.headers or {}), "rewritten": 1}
         return publish_frames(
@@ -96,7 +96,7 @@ def relay() -> Iterator[_RelayThread]:
 
 @pytest.fixture
 def queue() -> str:
-    return f"amqp-relay-{uuid.uuid4().hex[:12]}"
+    return f"jbt-amqp-relay-{uuid.uuid4().hex[:12]}"
 
 
 def params(port: int, password: str = "guest") -> pika.ConnectionParameters:
@@ -250,7 +250,7 @@ def test_hook_refusal_closes_the_channel(conn: pika.BlockingConnection, queue: s
     channel: Any = conn.channel()
     channel.confirm_delivery()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        channel.basic_publish("", "amqp-relay-refuse-x", b"x")
+        channel.basic_publish("", "jbt-amqp-relay-refuse-x", b"x")
     assert info.value.reply_code == 406
     assert info.value.reply_text.startswith("MQRC_EXPIRY_ERROR")
     other: Any = conn.channel()  # the connection carries on
@@ -261,7 +261,7 @@ def test_hook_refusal_closes_the_channel(conn: pika.BlockingConnection, queue: s
 
 def test_hook_replacement_is_what_arrives(conn: pika.BlockingConnection) -> None:
     channel: Any = conn.channel()
-    name = f"amqp-relay-rewrite-{uuid.uuid4().hex[:8]}"
+    name = f"jbt-amqp-relay-rewrite-{uuid.uuid4().hex[:8]}"
     declare(channel, name)
     channel.basic_publish("", name, b"abc" * 50_000, pika.BasicProperties(headers={"a": "b"}))
     _, properties, data = channel.basic_get(name, auto_ack=True)
