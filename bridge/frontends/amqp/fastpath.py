@@ -114,8 +114,11 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
             pos = end
         if got != body_size:
             break  # the message goes on in the next chunk
-        if needles and any(n in data[start:header_end] for n in needles):
-            screened.append((count, start, header_at, bodies, pos))
+        if needles:
+            for needle in needles:
+                if data.find(needle, start, header_end) >= 0:
+                    screened.append((count, start, header_at, bodies, pos))
+                    break
         done = pos
         count += 1
     return done, count, start < size_of, screened
