@@ -194,14 +194,11 @@ class Puts(Connection):
                 self._send(conn, move.destination, move.message,
                            text=self._token(move.held).text, transaction=tx)
             conn.commit(transaction=tx, receipt=commit)
-        failures = self._await_all([commit, *acks[:1]] if acks else [commit], "settle")
-        if acks and acks[0] in failures:
-            raise BrokerUnavailable(f"{self._where()}: ACK: {failures[acks[0]]}")
+        failures = self._answers([commit], acks)
         if commit in failures:
             self._log.debug("transaction refused, putting one by one", error=failures[commit])
             return None
-        if len(self._listener.errors) > errors:
-            raise BrokerUnavailable(f"{self._where()}: settle: {self._listener.errors[-1]}")
+        self._no_new_errors(errors)
         return {}
 
     def _put_with_receipts(self, conn: Connection12, moves: Sequence[Move],
@@ -218,12 +215,22 @@ class Puts(Connection):
                 sends[receipts[-1]] = i
                 self._send(conn, move.destination, move.message,
                            text=self._token(move.held).text, receipt=receipts[-1])
+        failures = self._answers(receipts, acks)
+        self._no_new_errors(errors)
+        return {sends[r]: text for r, text in failures.items()}
+
+    def _answers(self, receipts: list[str], acks: tuple[str, int] | None) -> dict[str, str]:
+        """Wait for ``receipts`` and the last settle's ACK receipt: the ERRORs' texts by
+        receipt; BrokerUnavailable if the broker refused an ACK."""
         failures = self._await_all([*receipts, *acks[:1]] if acks else receipts, "settle")
         if acks and acks[0] in failures:
             raise BrokerUnavailable(f"{self._where()}: ACK: {failures[acks[0]]}")
+        return failures
+
+    def _no_new_errors(self, errors: int) -> None:
+        """BrokerUnavailable when an ERROR naming no receipt came since there were ``errors``."""
         if len(self._listener.errors) > errors:
             raise BrokerUnavailable(f"{self._where()}: settle: {self._listener.errors[-1]}")
-        return {sends[r]: text for r, text in failures.items()}
 
     def _confirm_acks(self) -> None:
         """Wait for the receipt on the last settle's ACKs (settle itself leaves that to the

@@ -21,7 +21,7 @@ from typing import Any
 from adapters import amqp_types
 from bridge.frontends.amqp.assembler import DELIVER, Message
 from bridge.frontends.amqp.tables import table_entries
-from bridge.frontends.amqp.translate import headers_of
+from bridge.frontends.amqp.translate import MODE, TABLE, headers_of
 from bridge.frontends.headers import LazyHeaders
 from bridge.intercept.views import Delivery
 
@@ -91,9 +91,9 @@ class DeliveryHeaders(LazyHeaders):
         return self._decoded().get(name, default)
 
     def _decode_all(self) -> dict[str, str]:
-        props = self._message.properties
-        out = headers_of(props)
-        types = amqp_types.encode(props.headers, props.delivery_mode, drop=NOT_COPIED)
+        values = self._message.header_frame.values
+        out = headers_of(values)
+        types = amqp_types.encode(values[TABLE], values[MODE], drop=NOT_COPIED)
         if types is not None:
             out[amqp_types.TYPES_HEADER] = types
         out["destination"] = self._destination
@@ -150,7 +150,7 @@ class Stamper:
         self.names = {n.encode() for n, _ in headers}
         self.keys = tuple(bytes((len(n),)) + n for n in self.names)
 
-    def __call__(self, raw: bytes | memoryview) -> bytes:
+    def __call__(self, raw: bytes) -> bytes:
         """``raw`` (a content header frame) with the headers set in its header table: an entry
         of the same name already there is removed."""
         flags = (raw[19] << 8) | raw[20]
@@ -162,7 +162,7 @@ class Stamper:
         added = self.added
         if flags & _HEADERS_FLAG:
             size = int.from_bytes(raw[pos:pos + 4], "big")
-            table = bytes(raw[pos + 4:pos + 4 + size])
+            table = raw[pos + 4:pos + 4 + size]
             if any(key in table for key in self.keys):  # rare: one is there already
                 names = self.names
                 table = b"".join(table[start:stop] for key, start, stop in table_entries(table)

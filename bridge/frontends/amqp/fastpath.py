@@ -152,11 +152,10 @@ def delivery_run(data: bytes, own: int | None,
     clear, on a channel other than 0 and ``own``, its content header of class Basic, with no
     header-table entry named in ``keys`` (each as on the wire: its length octet, then its
     name), and its body frames adding up to the size announced) and publisher confirms
-    (Basic.Ack frames,
-    which nobody on the bridge reads), each delivery's offsets and fields, how many confirms,
-    and whether what follows them is such a delivery or confirm so far, cut short by the end
-    of ``data``. The broker is trusted to keep within the frame size it agreed; its frames are
-    checked here only for what is read."""
+    (Basic.Ack frames, which nobody on the bridge reads), each delivery's offsets and fields,
+    how many confirms, and whether what follows them is such a delivery or confirm so far, cut
+    short by the end of ``data``. The broker is trusted to keep within the frame size it
+    agreed; its frames are checked here only for what is read."""
     head = _HEAD.unpack_from
     size_of = len(data)
     found: list[Found] = []

@@ -46,6 +46,7 @@ from bridge.frontends.amqp.deliveries import (
 )
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
+from bridge.frontends.amqp.tables import wire_keys
 from bridge.frontends.stats import RelayStats
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import RELAY, Refuse, Replace, Stamp
@@ -82,9 +83,7 @@ class ConsumerSide:
         if isinstance(plain, Stamp):
             self._plain_stamp = Stamper(plain.headers)
         if plain is RELAY or isinstance(plain, Stamp):
-            conn.delivery_needles = tuple(
-                bytes((len(n.encode()),)) + n.encode() for n in sorted(interest.delivery_headers)
-                if len(n.encode()) < 256)
+            conn.delivery_needles = wire_keys(interest.delivery_headers)
         self.copies: CopyChannel | None = None
         self._write: Callable[[bytes], None] | None = None
 

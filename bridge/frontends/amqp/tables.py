@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
+from collections.abc import Iterable
 from typing import Any, Final
 
 from pamqp import commands
@@ -163,6 +164,13 @@ def encode_table(table: dict[str, Any]) -> bytes:
 
 
 _KEYS: dict[str, bytes] = {}
+
+
+def wire_keys(names: Iterable[str]) -> tuple[bytes, ...]:
+    """Header-table keys as they are on the wire (their length octet, then the name), of those
+    of ``names`` that can be one (under 256 bytes), sorted: what a search of a frame's bytes
+    looks for."""
+    return tuple(_key(n) for n in sorted(names) if len(n.encode()) < 256)
 
 
 def _key(name: str) -> bytes:

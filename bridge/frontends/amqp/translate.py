@@ -12,7 +12,6 @@ relayed as the bytes that came in.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Coroutine, Mapping
 from typing import Any
@@ -26,19 +25,13 @@ from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
 from bridge.frontends.amqp.framer import plain_publish
 from bridge.frontends.amqp.properties import header_frame, plugin_values
+from bridge.frontends.amqp.tables import wire_keys
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import Decision, Hold, Refuse, Rewrite
 from bridge.intercept.views import Send
 
-# pamqp's property names where pika's differ.
-_PIKA_NAMES = {"message_type": "type"}
-_TABLE = 2  # the header table's and the delivery mode's places in the 14 property values
-_MODE = 3
-_PROPERTY_NAMES = (
-    "content_type", "content_encoding", "headers", "delivery_mode", "priority",
-    "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "message_type",
-    "user_id", "app_id",
-)
+TABLE = 2  # the header table's and the delivery mode's places in the 14 property values
+MODE = 3
 
 
 def destination_of(exchange: str, routing_key: str) -> str:
@@ -50,17 +43,10 @@ def destination_of(exchange: str, routing_key: str) -> str:
     return f"/exchange/{exchange}/{routing_key}" if routing_key else f"/exchange/{exchange}"
 
 
-def headers_of(properties: commands.Basic.Properties) -> dict[str, str]:
-    """A publish's properties and header table as STOMP headers (as the plugin shows them)."""
-    values: dict[str, Any] = {}
-    for name in _PROPERTY_NAMES:
-        value = getattr(properties, name, None)
-        if value is None:
-            continue
-        if isinstance(value, dt.datetime):
-            value = int(value.replace(tzinfo=value.tzinfo or dt.UTC).timestamp())
-        values[_PIKA_NAMES.get(name, name)] = value
-    return plugin_headers(values)
+def headers_of(values: list[Any]) -> dict[str, str]:
+    """A message's properties and header table (``Frame.values``) as STOMP headers, as the
+    plugin shows them."""
+    return plugin_headers(plugin_values(values))
 
 
 def property_values(headers: Mapping[str, str]) -> list[Any]:
@@ -90,8 +76,7 @@ class PublishScreen:
         # A header-table key as it is on the wire (its length octet, then its name), and a
         # mention as it can be in an exchange or routing key: searched in the frames' bytes,
         # so a publish nobody asked to see is never decoded.
-        self._keys = tuple(bytes((len(n.encode()),)) + n.encode() for n in sorted(self.names)
-                           if len(n.encode()) < 256)
+        self._keys = wire_keys(self.names)
         self._mentioned = tuple(m.encode() for m in self.mentions)
         # One search for them all (a regular expression of the keys, longest first).
         self._key_search = (re.compile(b"|".join(re.escape(k) for k in sorted(
@@ -115,13 +100,13 @@ class PublishScreen:
         exchange, routing_key, mandatory = publish_fields(message)
         destination = destination_of(exchange, routing_key)
         values = message.header_frame.values
-        table = values[_TABLE] or {}
+        table = values[TABLE] or {}
         if not any(n in table for n in self.names) and not any(
             m in destination for m in self.mentions
         ):
             return None
-        headers = {"destination": destination, **plugin_headers(plugin_values(values))}
-        types = amqp_types.encode(values[_TABLE], values[_MODE], drop=self.names)
+        headers = {"destination": destination, **headers_of(values)}
+        types = amqp_types.encode(values[TABLE], values[MODE], drop=self.names)
         if types is not None:  # the staged copy keeps the table's types for the release
             headers[amqp_types.TYPES_HEADER] = types
         view = Send(destination, headers, message.body_size, conn.principal)
