@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import PutCheck, StagedFormat
+from bridge import compiled
 from bridge.app import dlq, logs
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
@@ -303,6 +304,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         stomp=str(settings.stomp_listen),
         stomp_tls=str(settings.stomp_tls_listen) if settings.stomp_tls_listen else "off",
         amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
+        amqp_core=compiled.describe(),
         admin=str(settings.admin_listen),
         admin_token="file" if tokens is not None else "none: /staged refused",
         upstream=str(settings.upstream_stomp),

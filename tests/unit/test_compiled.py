@@ -1,0 +1,93 @@
+"""The AMQP front-end's compiled build (``bridge.compiled``, ``scripts/compile``): taken only
+whole and current, and the sources otherwise."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge import compiled
+
+MODULES = ("pkg.alpha", "pkg.sub.beta")
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two module sources, a stamp of them and an extension module for each: a current build."""
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    for name in MODULES:
+        path = compiled.source(name, tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"NAME = {name!r}\n")
+        path.with_suffix(SUFFIX).write_bytes(b"")
+    (tmp_path / "bridge").mkdir()
+    (tmp_path / "bridge" / compiled.STAMP.name).write_text(
+        compiled.stamp_text(MODULES, tmp_path))
+    return tmp_path
+
+
+def test_a_current_build_is_taken(tree: Path) -> None:
+    assert compiled.why_pure(MODULES, tree) is None
+
+
+def test_an_edited_source_sends_every_module_to_its_source(tree: Path) -> None:
+    source = compiled.source("pkg.sub.beta", tree)
+    source.write_text(source.read_text() + "# edited\n")
+    assert compiled.why_pure(MODULES, tree) == (
+        "pkg.sub.beta changed since it was compiled (scripts/compile builds it again)")
+
+
+def test_no_stamp_a_missing_extension_or_another_python_is_no_build(tree: Path) -> None:
+    compiled.source("pkg.alpha", tree).with_suffix(SUFFIX).unlink()
+    assert compiled.why_pure(MODULES, tree) == "pkg.alpha has no compiled module"
+    stamp = tree / "bridge" / compiled.STAMP.name
+    built = json.loads(stamp.read_text())
+    stamp.write_text(json.dumps({**built, "python": "2.7.18"}))
+    assert compiled.why_pure(MODULES, tree) == "compiled for another Python"
+    stamp.write_text("{not json")
+    assert "cannot be read" in (compiled.why_pure(MODULES, tree) or "")
+    stamp.unlink()
+    assert compiled.why_pure(MODULES, tree) == "not compiled (scripts/compile builds them)"
+
+
+def test_the_environment_can_ask_for_the_sources(tree: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
+    assert compiled.why_pure(MODULES, tree) is None
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    assert compiled.why_pure(MODULES, tree) == "JMS_BRIDGE_PURE is set"
+
+
+def _imported_from(env: dict[str, str]) -> list[str]:
+    """Where a new process imports each compiled module from, and what it says of the build."""
+    code = ("import importlib, bridge.compiled as c\n"
+            "print(c.describe())\n"
+            "for m in c.MODULES:\n"
+            "    print(importlib.import_module(m).__spec__.origin)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=compiled.ROOT, timeout=60, check=True)
+    return done.stdout.splitlines()
+
+
+def test_with_the_sources_asked_for_every_module_is_its_source_file() -> None:
+    lines = _imported_from({**os.environ, compiled.PURE_ENV: "1"})
+    assert lines[0] == "pure Python: JMS_BRIDGE_PURE is set"
+    assert lines[1:] == [str(compiled.source(m)) for m in compiled.MODULES]
+
+
+def test_after_setup_the_build_is_current_and_taken() -> None:
+    """``scripts/setup`` compiles: under CI (which runs it) the build must be current and every
+    module must come from it; elsewhere, where a source may be mid-edit, only when current."""
+    env = {k: v for k, v in os.environ.items() if k != compiled.PURE_ENV}
+    lines = _imported_from(env)
+    if lines[0].startswith("pure Python") and not os.environ.get("CI"):
+        pytest.skip(f"the build is not current here ({lines[0]})")
+    assert lines[0] == f"{len(compiled.MODULES)} AMQP front-end modules compiled with mypyc"
+    assert all(origin.endswith(SUFFIX) for origin in lines[1:]), lines
