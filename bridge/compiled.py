@@ -87,7 +87,10 @@ def why_pure(modules: Sequence[str] = MODULES, root: Path = ROOT,
         now = digests(modules, root)
     except OSError as exc:
         return f"a source cannot be read: {exc}"
-    changed = [m for m in modules if built.get("sources", {}).get(m) != now[m]]
+    sources = built.get("sources")
+    if not isinstance(sources, dict) or set(sources) != set(modules):
+        return "the build is of other modules (scripts/compile builds these)"
+    changed = [m for m in modules if sources[m] != now[m]]
     if changed:
         return f"{changed[0]} changed since it was compiled (scripts/compile builds it again)"
     missing = [m for m in modules if _extension(m, root) is None]

@@ -91,3 +91,10 @@ def test_after_setup_the_build_is_current_and_taken() -> None:
         pytest.skip(f"the build is not current here ({lines[0]})")
     assert lines[0] == f"{len(compiled.MODULES)} AMQP front-end modules compiled with mypyc"
     assert all(origin.endswith(SUFFIX) for origin in lines[1:]), lines
+
+
+def test_a_build_of_other_modules_is_not_taken(tree: Path) -> None:
+    stamp = tree / "bridge" / compiled.STAMP.name
+    stamp.write_text(compiled.stamp_text(MODULES[:1], tree))
+    assert compiled.why_pure(MODULES, tree) == (
+        "the build is of other modules (scripts/compile builds these)")
