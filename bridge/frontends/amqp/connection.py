@@ -261,9 +261,10 @@ class ProxyConnection:
                 and self._client.idle and self._publishes.idle):
             if self._client_tail:
                 data, self._client_tail = self._client_tail + data, b""
-            present = tuple(n for n in needles if n in data)
+            # (Each publish's method and content header frames are searched for the needles:
+            # a search of the whole chunk, bodies included, cost more.)
             done, publishes, short, screened = plain_run(
-                data, self._client.limit, self.max_body_size, self.own_channel, present)
+                data, self._client.limit, self.max_body_size, self.own_channel, needles)
             out = self._run_events(data, done, publishes, screened) if done else []
             if short and len(data) - done <= TAIL_MAX:  # the rest begins a plain publish:
                 self._client_tail = data[done:]  # its rest is waited for here, so that the

@@ -96,7 +96,6 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
             return done, count, False, screened
         header_end = pos = end
         got = 0
-        bodies: list[tuple[int, int]] = []
         while got < body_size:
             if pos + 7 > size_of:
                 break
@@ -108,20 +107,27 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
                 break
             if data[end - 1] != FRAME_END:
                 return done, count, False, screened
-            if needles:
-                bodies.append((pos, end))
             got += size
             pos = end
         if got != body_size:
             break  # the message goes on in the next chunk
-        if needles:
-            for needle in needles:
-                if data.find(needle, start, header_end) >= 0:
-                    screened.append((count, start, header_at, bodies, pos))
-                    break
+        for needle in needles:  # in its method and content header frames only
+            if data.find(needle, start, header_end) >= 0:
+                screened.append((count, start, header_at, _frames(data, header_end, pos), pos))
+                break
         done = pos
         count += 1
     return done, count, start < size_of, screened
+
+
+def _frames(data: bytes, pos: int, end: int) -> list[tuple[int, int]]:
+    """(start, end) of each frame from ``pos`` to ``end`` (a checked run's body frames)."""
+    out = []
+    while pos < end:
+        after = pos + _HEAD.unpack_from(data, pos)[2] + 8
+        out.append((pos, after))
+        pos = after
+    return out
 
 
 def without_channels(raw: bytes, channels: Container[int]) -> tuple[bytes, int]:
