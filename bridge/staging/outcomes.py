@@ -102,6 +102,10 @@ class StatsSink:
         stats = self.stats
         for o in outcomes:
             kind = o.kind
+            if kind is Kind.STAGED:  # the front-end's one kind: first
+                if o.queue is not None:
+                    stats.on_staged(o.queue)
+                continue
             if o.reason is not None and kind in _HOMES:  # (an enum's hash is Python code)
                 stats.on_dead_letter(o.reason.name, _HOMES[kind])
                 if o.reason is MQFB_EXPIRATION and kind is not Kind.EXPIRED:
@@ -121,8 +125,6 @@ class StatsSink:
                 stats.undeliverable += 1
             elif kind is Kind.INVALID:
                 stats.invalid += 1
-            elif kind is Kind.STAGED and o.queue is not None:
-                stats.on_staged(o.queue)
             elif kind is Kind.RETRIED:
                 stats.retries += 1
             elif kind is Kind.REPORTED:

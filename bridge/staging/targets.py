@@ -74,12 +74,19 @@ class TargetChecks:
         self.ttl_s = ttl_s
         self.clock = clock
         self._verdicts: dict[TargetKey, tuple[float, PutCheck]] = {}
+        self._needs: dict[str, bool] = {}  # needs_probe's answers (a destination's route)
         self._running: dict[TargetKey, asyncio.Future[None]] = {}
         self._log = structlog.get_logger("staging.targets")
 
     def verdict(self, key: TargetKey) -> PutCheck | Unknown:
         """The remembered verdict, or UNKNOWN when there is none that is fresh."""
-        if not self.needs_probe(key.destination):
+        needs = self._needs.get(key.destination)
+        if needs is None:
+            needs = self.needs_probe(key.destination)
+            if len(self._needs) >= 4096:
+                self._needs.clear()
+            self._needs[key.destination] = needs
+        if not needs:
             return PASSES
         entry = self._verdicts.get(key)
         if entry is None:
