@@ -110,6 +110,20 @@ def test_destinations_the_staging_send_covers_are_not_probed() -> None:
     assert probe.calls == []
 
 
+def test_whether_a_destination_needs_a_probe_is_asked_once() -> None:
+    asked: list[str] = []
+
+    def needs_probe(destination: str) -> bool:
+        asked.append(destination)
+        return not destination.startswith("/queue/")
+
+    checks = TargetChecks(Probe({}), needs_probe=needs_probe)
+    for _ in range(3):
+        assert checks.verdict(key("/queue/a")) is PASSES
+        assert checks.verdict(key("/topic/b")) is UNKNOWN
+    assert asked == ["/queue/a", "/topic/b"]
+
+
 def test_concurrent_checks_of_one_key_share_one_probe() -> None:
     release = threading.Event()
     calls: list[TargetKey] = []
