@@ -4,7 +4,9 @@ One run prints, per path, publishes with publisher confirms (a window of ``--win
 outstanding, 100) and consumption with a prefetch of ``--prefetch`` (1,000, a multiple ack
 every 100), ``--count`` messages of ``--size`` bytes (the issue asks for 100,000 of 1 KiB);
 then, through the bridge, delayed publishes (``x-delay`` of an hour, each staged) against
-plain ones; the ratios against the goals; and the bridge's CPU time per message and peak RSS.
+plain ones, and, for reference, what RabbitMQ alone does with publishes shaped like staged
+copies (a new message id, a correlation id, the envelope's header table) against plain ones,
+direct; the ratios against the goals; and the bridge's CPU time per message and peak RSS.
 
 The client is a minimal AMQP client on asyncio and pamqp that writes pre-built frames and
 counts the broker's acks and deliveries from their bytes: its own cost per message is a few
@@ -163,18 +165,20 @@ class Client:
             if isinstance(method, kind):
                 return method
 
-    def publish_bytes(self, queue: str, body: bytes, headers: dict[str, Any] | None) -> bytes:
-        props = commands.Basic.Properties(delivery_mode=1, headers=headers)
+    def publish_bytes(self, queue: str, body: bytes, headers: dict[str, Any] | None,
+                      props: Any = None) -> bytes:
+        if props is None:
+            props = commands.Basic.Properties(delivery_mode=1, headers=headers)
         return (pframe.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
                 + pframe.marshal(pheader.ContentHeader(0, len(body), props), 1)
                 + pframe.marshal(pbody.ContentBody(body), 1))
 
     async def publish(self, queue: str, count: int, body: bytes, window: int,
-                      headers: dict[str, Any] | None = None) -> float:
+                      headers: dict[str, Any] | None = None, props: Any = None) -> float:
         """Publish ``count`` messages with confirms, ``window`` outstanding; seconds taken."""
         self.send(commands.Confirm.Select())
         await self.expect(commands.Confirm.SelectOk)
-        one = self.publish_bytes(queue, body, headers)
+        one = self.publish_bytes(queue, body, headers, props)
         sent = confirmed = 0
         start = time.perf_counter()
         while confirmed < count:
@@ -358,6 +362,39 @@ async def delayed_vs_plain(port: int, args: argparse.Namespace,
     return out
 
 
+def staged_shape(queue: str) -> Any:
+    """Properties shaped like a staged copy of a transient message sent with ``x-delay``: a new
+    message id, the original one as correlation id, and the envelope's header table."""
+    from adapters import amqp_types
+    from bridge.staging import envelope
+
+    original, now = envelope.new_message_id(), int(time.time() * 1000)
+    table = {amqp_types.TYPES_HEADER: amqp_types.encode({}, 1) or "",
+             envelope.TARGET: f"/amq/queue/{queue}", envelope.DUE: str(now + 3_600_000),
+             envelope.SENT: str(now), envelope.ENTERED: str(now), envelope.MESSAGE_ID: original}
+    return commands.Basic.Properties(delivery_mode=1, headers=table, correlation_id=original,
+                                     message_id=envelope.new_message_id())
+
+
+async def broker_alone(args: argparse.Namespace) -> dict[str, float]:
+    """Direct to RabbitMQ, no bridge: plain publishes and publishes shaped like staged copies,
+    each to a durable queue as the staging queues are (what the broker itself does with them)."""
+    body = b"x" * args.size
+    out: dict[str, float] = {}
+    for kind in ("plain", "staged-shaped"):
+        queue = f"bench-amqp-{uuid.uuid4().hex[:8]}"
+        client = Client(args.amqp_port)
+        await client.open()
+        client.send(commands.Queue.Declare(queue=queue, durable=True))
+        await client.expect(commands.Queue.DeclareOk)
+        props = None if kind == "plain" else staged_shape(queue)
+        out[kind] = args.count / await client.publish(queue, args.count, body, args.window,
+                                                      props=props)
+        await client.delete(queue)
+        await client.close()
+    return out
+
+
 def purge_staging(args: argparse.Namespace, prefix: str) -> int:
     """Delete the bench bridge's staging queues (what the delayed publishes staged)."""
     import pika
@@ -420,6 +457,7 @@ def main() -> int:
         if args.delayed:
             delayed = asyncio.run(delayed_vs_plain(procs["bridge"].port, args, procs["bridge"]))
             report["delayed"] = delayed
+            report["broker_alone"] = asyncio.run(broker_alone(args))
         if "bridge" in procs:
             report["bridge_peak_rss_mb"] = procs["bridge"].peak_rss_mb()
             report["amqp_core"] = compiled.describe()  # the bridge's process decides the same
@@ -450,6 +488,11 @@ def main() -> int:
               f"({delayed['plain_cpu_us']:.1f} CPU µs/msg), delayed {fmt(delayed['delayed'])}/s "
               f"({delayed['delayed_cpu_us']:.1f} CPU µs/msg); {report['staged_purged']:,} staged "
               "copies purged")
+    alone = report.get("broker_alone")
+    if alone is not None:
+        print(f"  the broker alone (direct, durable queue): plain {fmt(alone['plain'])}/s, "
+              f"staged-shaped {fmt(alone['staged-shaped'])}/s "
+              f"({alone['staged-shaped'] / alone['plain']:.3f})")
     for name, value in ratios.items():
         goal = GOALS.get(name.rsplit(" ", 1)[0])
         verdict = "" if goal is None else (" (goal {:.2f}: {})".format(
