@@ -7,12 +7,14 @@ extension module before a source file of the same name, so those modules then ru
 delayed publish costs the front-end about a third less.
 
 The build is taken only whole and only while it matches the sources. ``install()``, called when
-the ``bridge`` package is imported (before any of them can be), checks every source against
-the stamp; when one differs (a source edited since the build), when the stamp or a module's
-extension is missing, or when ``JMS_BRIDGE_PURE`` is set to anything but ``0`` or an empty
-value, it puts a finder first on ``sys.meta_path`` that imports all of them from their sources.
-All or none: compiled modules call each other inside their shared library, past the module
-objects, so one module from its source and one compiled could run two versions of the code.
+the ``bridge`` package is imported (before any of them can be), checks every source file of
+``PACKAGES`` against the stamp: the compiled modules' own, and those of the modules they import
+(mypyc may take a constant of one into the C it writes). When one differs (a source edited,
+added or removed since the build), when the stamp or a module's extension is missing, or when
+``JMS_BRIDGE_PURE`` is set to anything but ``0`` or an empty value, it puts a finder first on
+``sys.meta_path`` that imports all of them from their sources. All or none: compiled modules
+call each other inside their shared library, past the module objects, so one module from its
+source and one compiled could run two versions of the code.
 """
 
 from __future__ import annotations
@@ -43,20 +45,27 @@ GROUP = "bridge._native"  # the shared library: bridge/_native__mypyc.<abi>.so
 ROOT = Path(__file__).resolve().parent.parent  # holds bridge/
 STAMP = ROOT / "bridge" / ".native-build.json"
 PURE_ENV = "JMS_BRIDGE_PURE"
+PACKAGES = ("bridge", "adapters", "policies")  # every source a build depends on
 
 
 def source(module: str, root: Path = ROOT) -> Path:
     return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def digests(modules: Sequence[str] = MODULES, root: Path = ROOT) -> dict[str, str]:
-    """Each module's source SHA-256 (hex)."""
-    return {m: hashlib.sha256(source(m, root).read_bytes()).hexdigest() for m in modules}
+def digests(root: Path = ROOT, packages: Sequence[str] = PACKAGES) -> dict[str, str]:
+    """Every source file of ``packages``, by its path under ``root``, and its SHA-256 (hex)."""
+    out = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
 
 
-def stamp_text(modules: Sequence[str] = MODULES, root: Path = ROOT) -> str:
+def stamp_text(modules: Sequence[str] = MODULES, root: Path = ROOT,
+               packages: Sequence[str] = PACKAGES) -> str:
     """What ``scripts/compile`` writes to ``STAMP`` after a build."""
-    return json.dumps({"python": sys.version, "sources": digests(modules, root)}, indent=1)
+    return json.dumps({"python": sys.version, "modules": list(modules),
+                       "sources": digests(root, packages)}, indent=1)
 
 
 def _extension(module: str, root: Path) -> Path | None:
@@ -69,12 +78,12 @@ def _extension(module: str, root: Path) -> Path | None:
 
 
 def why_pure(modules: Sequence[str] = MODULES, root: Path = ROOT,
-             stamp: Path | None = None) -> str | None:
+             packages: Sequence[str] = PACKAGES) -> str | None:
     """Why these modules run from their sources (None: the build is current and complete)."""
     flag = os.environ.get(PURE_ENV, "")
     if flag not in ("", "0"):
         return f"{PURE_ENV} is set"
-    stamp = stamp if stamp is not None else root / "bridge" / STAMP.name
+    stamp = root / "bridge" / STAMP.name
     try:
         built = json.loads(stamp.read_text())
     except FileNotFoundError:
@@ -83,16 +92,18 @@ def why_pure(modules: Sequence[str] = MODULES, root: Path = ROOT,
         return f"the build stamp {stamp} cannot be read: {exc}"
     if not isinstance(built, dict) or built.get("python") != sys.version:
         return "compiled for another Python"
+    if built.get("modules") != list(modules):
+        return "the build is of other modules (scripts/compile builds these)"
     try:
-        now = digests(modules, root)
+        now = digests(root, packages)
     except OSError as exc:
         return f"a source cannot be read: {exc}"
-    sources = built.get("sources")
-    if not isinstance(sources, dict) or set(sources) != set(modules):
-        return "the build is of other modules (scripts/compile builds these)"
-    changed = [m for m in modules if sources[m] != now[m]]
+    then = built.get("sources")
+    if not isinstance(then, dict):
+        return f"the build stamp {stamp} names no sources"
+    changed = sorted(name for name in now.keys() | then.keys() if now.get(name) != then.get(name))
     if changed:
-        return f"{changed[0]} changed since it was compiled (scripts/compile builds it again)"
+        return (f"{changed[0]} changed since the build (scripts/compile builds it again)")
     missing = [m for m in modules if _extension(m, root) is None]
     if missing:
         return f"{missing[0]} has no compiled module"

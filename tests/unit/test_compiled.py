@@ -15,6 +15,7 @@ import pytest
 from bridge import compiled
 
 MODULES = ("pkg.alpha", "pkg.sub.beta")
+PACKAGES = ("pkg",)
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
@@ -22,47 +23,61 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Two module sources, a stamp of them and an extension module for each: a current build."""
     monkeypatch.delenv(compiled.PURE_ENV, raising=False)
-    for name in MODULES:
+    for name in (*MODULES, "pkg.gamma"):  # gamma: a module they import, not compiled
         path = compiled.source(name, tmp_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"NAME = {name!r}\n")
-        path.with_suffix(SUFFIX).write_bytes(b"")
+        if name in MODULES:
+            path.with_suffix(SUFFIX).write_bytes(b"")
     (tmp_path / "bridge").mkdir()
     (tmp_path / "bridge" / compiled.STAMP.name).write_text(
-        compiled.stamp_text(MODULES, tmp_path))
+        compiled.stamp_text(MODULES, tmp_path, PACKAGES))
     return tmp_path
 
 
+def why(tree: Path) -> str | None:
+    return compiled.why_pure(MODULES, tree, PACKAGES)
+
+
 def test_a_current_build_is_taken(tree: Path) -> None:
-    assert compiled.why_pure(MODULES, tree) is None
+    assert why(tree) is None
 
 
 def test_an_edited_source_sends_every_module_to_its_source(tree: Path) -> None:
     source = compiled.source("pkg.sub.beta", tree)
     source.write_text(source.read_text() + "# edited\n")
-    assert compiled.why_pure(MODULES, tree) == (
-        "pkg.sub.beta changed since it was compiled (scripts/compile builds it again)")
+    assert why(tree) == (
+        "pkg/sub/beta.py changed since the build (scripts/compile builds it again)")
+
+
+def test_a_change_to_any_module_of_the_packages_is_a_change_of_the_build(tree: Path) -> None:
+    """mypyc may write a constant of a module the compiled ones import into their C."""
+    gamma = compiled.source("pkg.gamma", tree)
+    gamma.write_text(gamma.read_text() + "LIMIT = 2\n")
+    assert why(tree) == "pkg/gamma.py changed since the build (scripts/compile builds it again)"
+    gamma.unlink()
+    assert why(tree) == "pkg/gamma.py changed since the build (scripts/compile builds it again)"
 
 
 def test_no_stamp_a_missing_extension_or_another_python_is_no_build(tree: Path) -> None:
     compiled.source("pkg.alpha", tree).with_suffix(SUFFIX).unlink()
-    assert compiled.why_pure(MODULES, tree) == "pkg.alpha has no compiled module"
+    assert why(tree) == "pkg.alpha has no compiled module"
     stamp = tree / "bridge" / compiled.STAMP.name
     built = json.loads(stamp.read_text())
     stamp.write_text(json.dumps({**built, "python": "2.7.18"}))
-    assert compiled.why_pure(MODULES, tree) == "compiled for another Python"
+    assert why(tree) == "compiled for another Python"
     stamp.write_text("{not json")
-    assert "cannot be read" in (compiled.why_pure(MODULES, tree) or "")
+    assert "cannot be read" in (why(tree) or "")
     stamp.unlink()
-    assert compiled.why_pure(MODULES, tree) == "not compiled (scripts/compile builds them)"
+    assert why(tree) == "not compiled (scripts/compile builds them)"
 
 
 def test_the_environment_can_ask_for_the_sources(tree: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(compiled.PURE_ENV, "0")
-    assert compiled.why_pure(MODULES, tree) is None
+    assert why(tree) is None
     monkeypatch.setenv(compiled.PURE_ENV, "1")
-    assert compiled.why_pure(MODULES, tree) == "JMS_BRIDGE_PURE is set"
+    assert why(tree) == "JMS_BRIDGE_PURE is set"
 
 
 def _imported_from(env: dict[str, str]) -> list[str]:
@@ -95,6 +110,6 @@ def test_after_setup_the_build_is_current_and_taken() -> None:
 
 def test_a_build_of_other_modules_is_not_taken(tree: Path) -> None:
     stamp = tree / "bridge" / compiled.STAMP.name
-    stamp.write_text(compiled.stamp_text(MODULES[:1], tree))
-    assert compiled.why_pure(MODULES, tree) == (
+    stamp.write_text(compiled.stamp_text(MODULES[:1], tree, PACKAGES))
+    assert why(tree) == (
         "the build is of other modules (scripts/compile builds these)")
