@@ -83,6 +83,12 @@ def why_pure(modules: Sequence[str] = MODULES, root: Path = ROOT,
     flag = os.environ.get(PURE_ENV, "")
     if flag not in ("", "0"):
         return f"{PURE_ENV} is set"
+    return stale(modules, root, packages)
+
+
+def stale(modules: Sequence[str] = MODULES, root: Path = ROOT,
+          packages: Sequence[str] = PACKAGES) -> str | None:
+    """Why the build on disk cannot be taken (None: it is current and complete)."""
     stamp = root / "bridge" / STAMP.name
     try:
         built = json.loads(stamp.read_text())
@@ -144,9 +150,3 @@ def describe() -> str:
     if reason is None:
         return f"{len(MODULES)} AMQP front-end modules compiled with mypyc"
     return f"pure Python: {reason}"
-
-
-def active() -> bool:
-    """Whether ``MODULES`` run compiled in this process."""
-    install()
-    return _state["why_pure"] is None
