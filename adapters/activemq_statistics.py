@@ -27,7 +27,9 @@ STATISTICS = "/queue/ActiveMQ.Statistics.Destination."
 STATISTICS_REPLY = "/temp-queue/jms-bridge-statistics"
 # The plugin ends its list of replies with an empty message when the request asks for it.
 STATISTICS_END = "ActiveMQ.Statistics.Destination.List.End.With.Null"
-STATISTICS_TIMEOUT_S = 0.5  # how long a statistics query may hold up the engine
+# How long a statistics query waits for its replies unless its caller says: a local broker
+# answers in milliseconds, but one busy with a full core of work took over half a second in CI.
+STATISTICS_WAIT_S = 5.0
 
 
 def map_message_json(body: bytes | str) -> dict[str, object]:
@@ -76,35 +78,40 @@ def wildcard_scope(names: Sequence[str]) -> str | None:
 class Statistics(Connection):
     """``depth``, ``consumers`` and ``depths`` of ``adapters.activemq.ActiveMQ``."""
 
-    def depth(self, queue: str) -> int:
+    def depth(self, queue: str, *, wait_s: float | None = None) -> int:
         """The statistics plugin's ``size`` of ``queue`` (messages held by consumers counted);
         0 for a queue the broker does not have. One request and its replies on the statistics
-        connection; BrokerUnavailable (and that connection closed) when there is no answer."""
-        return self._sizes(queue, (queue,))[queue]
+        connection; BrokerUnavailable (and that connection closed) when there is no answer
+        within ``wait_s`` (None: STATISTICS_WAIT_S)."""
+        return self._sizes(queue, (queue,), wait_s=wait_s)[queue]
 
     def consumers(self, queue: str) -> int:
         """The statistics plugin's ``consumerCount`` of ``queue``."""
         return self._sizes(queue, (queue,), field="consumerCount")[queue]
 
-    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+    def depths(
+        self, queues: Sequence[str], *, wait_s: float | None = None
+    ) -> dict[str, int]:
         """One statistics request for queues whose names share leading dotted segments (the
         staging queues): the wildcard ``<those segments>.>`` is answered with one message per
         queue the broker has. A request per queue otherwise."""
         names = tuple(dict.fromkeys(queues))
         scope = wildcard_scope(names)
         if scope is None:
-            return {name: self.depth(name) for name in names}
-        return self._sizes(scope + ".>", names)
+            return {name: self.depth(name, wait_s=wait_s) for name in names}
+        return self._sizes(scope + ".>", names, wait_s=wait_s)
 
     def _sizes(
-        self, expression: str, names: Sequence[str], *, field: str = "size"
+        self, expression: str, names: Sequence[str], *, field: str = "size",
+        wait_s: float | None = None,
     ) -> dict[str, int]:
         """Ask ActiveMQ.Statistics.Destination.<expression> and read its replies to the end of
-        the list: ``field`` of each of ``names`` answered for, 0 for the rest."""
+        the list, for at most ``wait_s`` (None: STATISTICS_WAIT_S): ``field`` of each of
+        ``names`` answered for, 0 for the rest."""
         sizes = dict.fromkeys(names, 0)
+        wait = STATISTICS_WAIT_S if wait_s is None else wait_s
         try:
-            # Short: this runs in the release loop, and a local broker answers in milliseconds.
-            for name, values in self._statistics_rows(expression, STATISTICS_TIMEOUT_S):
+            for name, values in self._statistics_rows(expression, wait):
                 queue = name.removeprefix("queue://")
                 if queue in sizes and field in values:
                     sizes[queue] = int(str(values[field]))
@@ -113,8 +120,8 @@ class Statistics(Connection):
             self._close_statistics()
             raise BrokerUnavailable(
                 f"{self._where()}: no answer from ActiveMQ.Statistics.Destination.{expression} "
-                "(is <statisticsBrokerPlugin/> configured, with XStream and Jettison for "
-                "jms-map-json?)"
+                f"within {wait:g} s (is <statisticsBrokerPlugin/> configured, with XStream and "
+                "Jettison for jms-map-json?)"
             ) from None
         except (StompException, OSError, ValueError) as exc:
             self._close_statistics()

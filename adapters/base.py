@@ -172,10 +172,14 @@ class StagingBroker(Protocol):
         """How many consumers ``queue`` has now, 0 when the broker has no such queue.
         BrokerUnavailable when the broker cannot say."""
 
-    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+    def depths(
+        self, queues: Sequence[str], *, wait_s: float | None = None
+    ) -> dict[str, int]:
         """``depth`` of each of ``queues`` (0 for one the broker does not have), asked at once
-        where the broker allows (the staging engine counts its pending messages this way while
-        releases wait). BrokerUnavailable when the broker cannot say."""
+        where the broker allows. BrokerUnavailable when the broker cannot say within ``wait_s``
+        (None: the adapter's own patience, which a loaded broker is given). The staging engine
+        counts its pending messages this way while releases wait, so it passes a short
+        ``wait_s``; an adapter whose answer is a local round trip may ignore it."""
 
     def publish(self, destination: str, message: Message) -> None:
         """Put one message to a STOMP destination and wait for the broker to confirm it."""

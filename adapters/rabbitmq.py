@@ -174,8 +174,11 @@ class RabbitMQ(Puts, Checks):
                 raise
             return None
 
-    def depths(self, queues: Sequence[str]) -> dict[str, int]:
-        """One passive queue.declare each: a round trip of a fraction of a millisecond."""
+    def depths(
+        self, queues: Sequence[str], *, wait_s: float | None = None
+    ) -> dict[str, int]:
+        """One passive queue.declare each: a round trip of a fraction of a millisecond, so
+        ``wait_s`` is not needed."""
         return {queue: self.depth(queue) for queue in queues}
 
     # -- holding -------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ DECLARE_LATER_MS = 200
 # (under a steady 1,000 releases a second there is no such gap).
 COUNT_GAP_MS = 25
 PENDING_LATE_MS = 60_000
+COUNT_WAIT_S = 0.5  # how long a count may hold up the release loop
 PENDING_RETRY_MS = 60_000  # after the broker could not say, doubling each time
 PENDING_RETRY_MAX_MS = 3_600_000
 
@@ -276,7 +277,8 @@ class Engine(Settling, OperatorOrders):
     def _count_pending(self, now_ms: int) -> None:
         """Ask the broker for the staging queues' depths, at most every PENDING_EVERY_MS."""
         try:
-            self.stats.pending_count = sum(self.broker.depths(self.layout.queues).values())
+            counted = self.broker.depths(self.layout.queues, wait_s=COUNT_WAIT_S)
+            self.stats.pending_count = sum(counted.values())
         except BrokerUnavailable as error:
             # A broker that cannot say costs the release loop a wait each time: ask ever less
             # often, from a minute up to an hour.

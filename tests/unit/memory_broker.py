@@ -59,6 +59,7 @@ class MemoryBroker:
         self._fail_poll = False
         self.refusals: dict[str, tuple[Reason, str]] = {}  # destination -> why puts fail
         self.counts = 0  # depths() calls
+        self.count_waits: list[float | None] = []  # their wait_s
         self._held: dict[int, _Holding] = {}
         self._subs: dict[str, int] = {}
         self.listening: set[str] = set()  # topics
@@ -91,9 +92,12 @@ class MemoryBroker:
         with self._lock:
             return (queue in self._subs) + self.extra_consumers.get(queue, 0)
 
-    def depths(self, queues: Sequence[str]) -> dict[str, int]:
+    def depths(
+        self, queues: Sequence[str], *, wait_s: float | None = None
+    ) -> dict[str, int]:
         with self._lock:
             self.counts += 1
+            self.count_waits.append(wait_s)
             return {queue: self.depth(queue) for queue in queues}
 
     def refuse(self, destination: str, reason: Reason, text: str = "refused") -> None:
