@@ -67,10 +67,10 @@ class Arrivals(stomp.ConnectionListener):
 
 
 def send(bridge: BridgeProcess, broker: Broker, dest: str, seqs: range, rng: random.Random) -> None:
-    """Delays of 8-25 s, a receipt on every 100th and the last, each waited for."""
+    """Delays of 8-18 s, a receipt on every 100th and the last, each waited for."""
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
     for i in seqs:
-        delay = rng.randint(8_000, 25_000)
+        delay = rng.randint(8_000, 18_000)
         receipt = {"receipt": f"r{i}"} if i % 100 == 99 or i == seqs[-1] else {}
         conn.send(dest, f"m{i}", headers={"x-delay": str(delay), "seq": str(i),
                                           "jms-bridge-message-id": f"several-{i}",
