@@ -91,7 +91,9 @@ DECLARE_LATER_MS = 200
 COUNT_GAP_MS = 25
 PENDING_LATE_MS = 60_000
 COUNT_WAIT_S = 0.5  # how long a count may hold up the release loop
-PENDING_RETRY_MS = 60_000  # after the broker could not say, doubling each time
+# After the broker could not say (no statistics plugin, or too busy to answer in COUNT_WAIT_S):
+# again after PENDING_RETRY_MS, doubling each time up to PENDING_RETRY_MAX_MS.
+PENDING_RETRY_MS = 5_000
 PENDING_RETRY_MAX_MS = 3_600_000
 
 
@@ -281,14 +283,15 @@ class Engine(Settling, OperatorOrders):
             self.stats.pending_count = sum(counted.values())
         except BrokerUnavailable as error:
             # A broker that cannot say costs the release loop a wait each time: ask ever less
-            # often, from a minute up to an hour.
+            # often, from 5 s (a broker busy for a moment) up to an hour (one without the
+            # statistics plugin).
             self.stats.pending_count = None
             retry_ms = min(PENDING_RETRY_MAX_MS, PENDING_RETRY_MS << self._pending_failed)
             self._pending_at = now_ms + retry_ms
             if not self._pending_failed:
                 self.log.warning("cannot count pending messages", error=str(error),
                                  retry_in_s=retry_ms / 1000)
-            self._pending_failed = min(self._pending_failed + 1, 6)
+            self._pending_failed = min(self._pending_failed + 1, 10)
             return
         self._pending_failed = 0
         self._pending_at = now_ms + PENDING_EVERY_MS

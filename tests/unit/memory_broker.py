@@ -60,6 +60,7 @@ class MemoryBroker:
         self.refusals: dict[str, tuple[Reason, str]] = {}  # destination -> why puts fail
         self.counts = 0  # depths() calls
         self.count_waits: list[float | None] = []  # their wait_s
+        self.count_failures = 0  # the next depths() calls that raise BrokerUnavailable
         self._held: dict[int, _Holding] = {}
         self._subs: dict[str, int] = {}
         self.listening: set[str] = set()  # topics
@@ -98,6 +99,9 @@ class MemoryBroker:
         with self._lock:
             self.counts += 1
             self.count_waits.append(wait_s)
+            if self.count_failures:
+                self.count_failures -= 1
+                raise BrokerUnavailable("memory broker: no answer to the count")
             return {queue: self.depth(queue) for queue in queues}
 
     def refuse(self, destination: str, reason: Reason, text: str = "refused") -> None:

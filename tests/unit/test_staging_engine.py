@@ -691,6 +691,33 @@ def test_pending_counts_the_staging_queues_at_most_every_5_s() -> None:
     assert "jms_bridge_staging_pending 2.0" in generate_latest(registry).decode()
 
 
+def test_a_count_the_broker_did_not_answer_is_asked_again_ever_later() -> None:
+    """A broker busy for a moment (ActiveMQ's statistics past COUNT_WAIT_S) leaves the gauge
+    empty for 5 s, not a minute; one that keeps failing is asked ever less often."""
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, _, _ = engine_for(broker, clock, quick=False)
+    stage(broker, delay_ms=3_600_000, now=T0)
+    broker.count_failures = 1
+    engine.step(T0)
+    assert engine.pending() is None and broker.counts == 1
+    drive(engine, clock, T0 + 4_900)
+    assert broker.counts == 1
+    drive(engine, clock, T0 + 5_100)
+    assert broker.counts == 2 and engine.pending() == 1
+
+    broker.count_failures = 4  # the next four counts: at 10.1 s, then 5, 10 and 20 s later
+    asked_at = []
+    while clock.now < T0 + 100_000:
+        counts = broker.counts
+        drive(engine, clock, clock.now + 100)
+        if broker.counts > counts:
+            asked_at.append(round((clock.now - T0) / 1000))
+    gaps = [b - a for a, b in zip(asked_at, asked_at[1:], strict=False)]
+    assert gaps[:5] == [5, 10, 20, 40, 5], asked_at  # counted at 85 s, then every 5 s
+    assert engine.pending() == 1
+
+
 def test_pending_is_counted_in_a_gap_between_releases_or_late(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
