@@ -40,6 +40,9 @@ CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
 # Fewer go with receipts: a COMMIT costs about 8 ms under load, which a trickle of releases
 # would wait for (see ``settle``).
 TX_MIN = 50
+# How long the ERROR (naming no receipt) of a SEND refused in a refused transaction is waited
+# for after its SEND was refused again with a receipt: not counted as a broker failure then.
+ECHO_WAIT_S = 60.0
 
 
 def valid_destination(destination: str) -> bool:
@@ -143,12 +146,14 @@ class Puts(Connection):
         errors = acks[1] if acks else len(self._listener.errors)
         try:
             refused: dict[int, str] | None = None
+            retried = False
             if len(sending) >= TX_MIN:
                 refused = self._put_in_transaction(conn, moves, sending, acks, errors)
                 acks = None  # waited for with the COMMIT
-                errors = len(self._listener.errors)  # a refused SEND's ERROR names no receipt
+                retried = refused is None
             if refused is None:
-                refused = self._put_with_receipts(conn, moves, sending, acks, errors)
+                refused = self._put_with_receipts(conn, moves, sending, acks, errors,
+                                                  echoes=retried)
             done = [i for i in range(len(moves)) if i not in refused]
             if done:
                 # One receipt, on the last ACK, and not waited for: an ACK that is lost only
@@ -203,8 +208,12 @@ class Puts(Connection):
 
     def _put_with_receipts(self, conn: Connection12, moves: Sequence[Move],
                            sending: list[int], acks: tuple[str, int] | None,
-                           errors: int) -> dict[int, str]:
-        """Each SEND with a receipt, pipelined: the refused ones' texts, by move."""
+                           errors: int, *, echoes: bool = False) -> dict[int, str]:
+        """Each SEND with a receipt, pipelined: the refused ones' texts, by move. ``echoes``:
+        the same SENDs were refused in a transaction first, where a refused SEND's ERROR
+        names no receipt and may come before or after the COMMIT's (ActiveMQ answers a
+        transaction's frames asynchronously: both were seen): one such ERROR of each
+        refusal's text is not counted, whenever it comes (within ECHO_WAIT_S)."""
         receipts: list[str] = []
         sends: dict[str, int] = {}  # a SEND's receipt -> its move
         with self._translate(), corked(conn):
@@ -216,7 +225,13 @@ class Puts(Connection):
                 self._send(conn, move.destination, move.message,
                            text=self._token(move.held).text, receipt=receipts[-1])
         failures = self._answers(receipts, acks)
-        self._no_new_errors(errors)
+        if echoes:
+            new = self._listener.forgive(errors, failures.values(),
+                                         time.monotonic() + ECHO_WAIT_S)
+            if new:
+                raise BrokerUnavailable(f"{self._where()}: settle: {new[-1]}")
+        else:
+            self._no_new_errors(errors)
         return {sends[r]: text for r, text in failures.items()}
 
     def _answers(self, receipts: list[str], acks: tuple[str, int] | None) -> dict[str, str]:
