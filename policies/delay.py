@@ -115,14 +115,15 @@ def delay_of(
     value = headers[header]
     due_ms = now_ms + delay_ms
 
-    group = headers.get(GROUP_HEADER)
+    get = headers.get
+    group = get(GROUP_HEADER)
     if group:
         raise Refused(
             MQRC_OPTIONS_ERROR,
             f"delivery delay is not supported for messages in a group "
             f"({GROUP_HEADER}={_show(group)}, {header}={_show(value)})",
         )
-    if headers.get(RETAIN_HEADER) == RETAIN_PUBLICATION:
+    if get(RETAIN_HEADER) == RETAIN_PUBLICATION:
         raise Refused(
             MQRC_OPTIONS_ERROR,
             f"delivery delay is not supported for retained publications "
@@ -136,7 +137,10 @@ def delay_of(
                 f"(pattern {pattern!r}, {header}={_show(value)})",
             )
 
-    expires_ms = _expiry(headers, now_ms, delay_ms, due_ms)
+    if ABSOLUTE_TTL_HEADER in headers or RELATIVE_TTL_HEADER in headers:
+        expires_ms = _expiry(headers, now_ms, delay_ms, due_ms)
+    else:
+        expires_ms = None  # (most sends: no TTL to check)
     return DelayedSend(
         delay_ms=delay_ms,
         due_ms=due_ms,
@@ -254,6 +258,8 @@ def _expiry(headers: Mapping[str, str], now_ms: int, delay_ms: int, due_ms: int)
 
 def _parse_int(value: str) -> int | None:
     """A plain ASCII decimal integer (optional leading ``-``), else None; clamps huge values."""
+    if len(value) <= _MAX_DIGITS and value.isdigit() and value.isascii():
+        return int(value)  # (most values: no sign, and too short to clamp)
     if not _INTEGER.fullmatch(value):
         return None
     negative = value.startswith("-")

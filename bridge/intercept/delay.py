@@ -118,7 +118,11 @@ class DelayInterceptor(Interceptor):
             drop=self._drop,
         )
         if self.sinks:
-            original_id = next(v for n, v in reversed(staged) if n == envelope.MESSAGE_ID)
+            original_id = None
+            for name, value in reversed(staged):  # (the envelope's entries are near the end)
+                if name == envelope.MESSAGE_ID:
+                    original_id = value
+                    break
             self._tell(Outcome(Kind.STAGED, now, original_id, destination,
                                delayed.due_ms, delayed.expires_ms, queue=queue,
                                size=send.body_size))

@@ -539,3 +539,25 @@ def test_literal_and_catch_all_patterns(prefix: str, name: str) -> None:
     assert matches(">", destination) and matches("#", destination)
     assert matches(".".join("*" for _ in name.split(".")), destination)
     assert not matches(name + ".x", destination)
+
+
+def _parse_int_by_pattern(value: str) -> int | None:
+    """``_parse_int`` as the pattern alone reads it (its quick way for plain digits must agree)."""
+    import re
+
+    if not re.fullmatch(r"-?[0-9]+", value):
+        return None
+    digits = value.lstrip("-").lstrip("0") or "0"
+    number = 10**20 if len(digits) > 20 else int(digits)
+    return -number if value.startswith("-") else number
+
+
+@given(st.one_of(
+    st.text(alphabet="0123456789", max_size=25),
+    st.text(alphabet="-+0123456789 ٠١٢²", max_size=25),
+    st.integers(min_value=-(10**25), max_value=10**25).map(str),
+))
+def test_a_delay_value_reads_as_the_pattern_reads_it(value: str) -> None:
+    from policies.delay import _parse_int
+
+    assert _parse_int(value) == _parse_int_by_pattern(value)
