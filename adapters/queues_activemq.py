@@ -46,6 +46,14 @@ MAX_BATCH = 150
 IDLE_S = 2.0  # no message for this long, nothing pending: the queue has no more for us
 LIST_TIMEOUT_S = 5.0
 ORIGINAL_ID = "jms-bridge-message-id"
+# How long a refused COMMIT waits for the late ERROR of the SEND that made it fail.
+LATE_ERROR_S = 2.0
+
+
+def _refused(why: str, sends: Sequence[tuple[str, Message, bool]], undone: str) -> PutRefused:
+    """A transaction's SEND refused with ``why``: PutRefused naming its destinations."""
+    where = ", ".join(sorted({w for w, _, _ in sends}))
+    return PutRefused(0, activemq_reason(why), f"{why}: {undone}", where)
 
 
 class ActiveMQQueues(ActiveMQ):
@@ -170,15 +178,15 @@ class ActiveMQQueues(ActiveMQ):
         conn = self._live()
         tx = f"jb-sweep-{next(self._ids)}"
         targets = [(frame, *self._target(queue, visit)) for frame, visit in pending]
-        self._begin_with_sends(conn, tx, [(w, m, "content-length" not in f.headers)
-                                          for f, w, m in targets if w is not None],
-                               "sweep SEND", undone)
+        sends = [(w, m, "content-length" not in f.headers) for f, w, m in targets
+                 if w is not None]
+        errors = self._begin_with_sends(conn, tx, sends, "sweep SEND", undone)
         done = self._receipt()
         with self._translate(), corked(conn):
             for frame, _ in pending:
                 conn.ack(frame.headers["ack"], transaction=tx)
             conn.commit(tx, receipt=done)
-        self._await([done], "sweep COMMIT")
+        self._committed(done, "sweep COMMIT", sends, undone, errors)
         for _, visit in pending:
             if isinstance(visit.action, Keep):
                 report.kept += 1
@@ -197,22 +205,23 @@ class ActiveMQQueues(ActiveMQ):
             return
         conn = self._live()
         tx = f"jb-put-{next(self._ids)}"
-        self._begin_with_sends(conn, tx, [(p.destination, p.message, text) for p in puts],
-                               "put SEND", undone)
+        sends = [(p.destination, p.message, text) for p in puts]
+        errors = self._begin_with_sends(conn, tx, sends, "put SEND", undone)
         done = self._receipt()
         with self._translate():
             conn.commit(tx, receipt=done)
-        self._await([done], "put COMMIT")
+        self._committed(done, "put COMMIT", sends, undone, errors)
 
     def _begin_with_sends(
         self, conn: Connection12, tx: str, sends: Sequence[tuple[str, Message, bool]], what: str,
         undone: str,
-    ) -> None:
+    ) -> int:
         """BEGIN ``tx`` and its SENDs (destination, message, as a text message); PutRefused
-        saying ``undone``, the transaction aborted, when the broker refuses any of them."""
+        saying ``undone``, the transaction aborted, when the broker refuses any of them.
+        Returns how many ERRORs naming no receipt there were before (for ``_committed``)."""
         # Only the last SEND asks for a receipt (a receipt on each made ActiveMQ take each
-        # SEND of a transaction one by one: 3 ms apiece here). The broker answers frames in
-        # order, so once that receipt is in, an ERROR for any SEND before it is in too.
+        # SEND of a transaction one by one: 3 ms apiece here). An ERROR for a SEND before it
+        # is usually in by then; when it comes later, the COMMIT is refused (``_committed``).
         errors = len(self._listener.errors)
         barrier = self._receipt()
         with self._translate(), corked(conn):
@@ -226,8 +235,26 @@ class ActiveMQQueues(ActiveMQ):
         if why is not None:
             with self._translate():
                 conn.abort(tx)
-            where = ", ".join(sorted({w for w, _, _ in sends}))
-            raise PutRefused(0, activemq_reason(why), f"{why}: {undone}", where)
+            raise _refused(why, sends, undone)
+        return errors
+
+    def _committed(self, done: str, what: str, sends: Sequence[tuple[str, Message, bool]],
+                   undone: str, errors: int) -> None:
+        """Wait for the COMMIT's receipt ``done``. ActiveMQ answers a transaction's frames
+        asynchronously: the ERROR (naming no receipt) of a SEND it refused can come after the
+        last SEND's receipt (seen in CI, in the staging engine's settle), and the COMMIT is
+        then refused ("Transaction marked rollback only"), nothing of it done. That ERROR,
+        waited for up to LATE_ERROR_S, is the refusal, as ``_begin_with_sends`` says it."""
+        try:
+            self._await([done], what)
+        except BrokerUnavailable:
+            listener = self._listener
+            with listener.cv:
+                listener.cv.wait_for(lambda: len(listener.errors) > errors, LATE_ERROR_S)
+                late = listener.errors[errors] if len(listener.errors) > errors else None
+            if late is None:
+                raise
+            raise _refused(late, sends, undone) from None
 
     @staticmethod
     def _target(queue: str, visit: Visit) -> tuple[str | None, Message]:

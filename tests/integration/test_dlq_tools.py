@@ -513,6 +513,43 @@ def test_a_refused_put_stops_the_replay_and_loses_nothing(broker: Broker,
     assert ids(tools, dlq) == [f"{run}-{i}" for i in range(5)]
 
 
+def test_activemq_a_sends_late_error_is_still_the_puts_refusal(activemq: QueueTools) -> None:
+    """ActiveMQ answers a transaction's frames asynchronously: the ERROR (naming no receipt) of
+    a SEND it refused can come after the last SEND's receipt (CI saw it come late in the
+    staging engine's settle), and the COMMIT is then refused. Held back 0.3 s here, it is
+    still the put's refusal, with its reason, and nothing of the transaction is put."""
+    import threading
+
+    from adapters.queues import Put
+    from policies.errors import PutRefused
+    from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
+
+    run = new_run()
+    target = f"{PREFIX}{run}-target"
+    gone = f"/remote-temp-queue/ID:{run}-late-1:1:1"
+    activemq._live()  # type: ignore[attr-defined]
+    listener = activemq._listener  # type: ignore[attr-defined]
+    on_error = listener.on_error
+    held_back: list[object] = []
+
+    def late(frame: object) -> None:
+        if "receipt-id" in frame.headers:  # type: ignore[attr-defined]
+            on_error(frame)
+        else:
+            held_back.append(frame)
+            threading.Timer(0.3, on_error, (frame,)).start()
+
+    listener.on_error = late
+    puts = [Put(f"/queue/{target}", Message({"n": str(i)}, b"x")) for i in range(3)]
+    puts[1] = Put(gone, Message({"n": "1"}, b"x"))  # refused; the last SEND has the receipt
+    with pytest.raises(PutRefused) as refused:
+        activemq.put_all(puts)  # type: ignore[attr-defined]
+    assert held_back, "the refused SEND's ERROR named a receipt: nothing was held back"
+    assert refused.value.reason is MQRC_UNKNOWN_OBJECT_NAME, refused.value
+    assert gone in refused.value.destination and "none of them was put" in str(refused.value)
+    assert not activemq.size(target)
+
+
 def test_the_handler_runs_until_stopped(broker: Broker, tools: QueueTools,
                                         tmp_path: Path) -> None:
     run = new_run()
