@@ -156,8 +156,9 @@ class ActiveMQQueues(ActiveMQ):
                     self._commit(queue, pending, before_commit, after_commit, report)
             self._commit(queue, pending, before_commit, after_commit, report)
         finally:
-            with contextlib.suppress(BrokerUnavailable):
-                self._unsubscribe(sid)  # what was delivered and not committed goes back
+            if sid in self._listener.routes:  # (not after ``_committed`` opened a new one)
+                with contextlib.suppress(BrokerUnavailable):
+                    self._unsubscribe(sid)  # what was delivered and not committed goes back
 
     def _commit(
         self,
@@ -186,7 +187,7 @@ class ActiveMQQueues(ActiveMQ):
             for frame, _ in pending:
                 conn.ack(frame.headers["ack"], transaction=tx)
             conn.commit(tx, receipt=done)
-        self._committed(done, "sweep COMMIT", sends, undone, errors)
+        self._committed(done, "sweep COMMIT", sends, undone, errors, acked=True)
         for _, visit in pending:
             if isinstance(visit.action, Keep):
                 report.kept += 1
@@ -239,12 +240,16 @@ class ActiveMQQueues(ActiveMQ):
         return errors
 
     def _committed(self, done: str, what: str, sends: Sequence[tuple[str, Message, bool]],
-                   undone: str, errors: int) -> None:
+                   undone: str, errors: int, *, acked: bool = False) -> None:
         """Wait for the COMMIT's receipt ``done``. ActiveMQ answers a transaction's frames
         asynchronously: the ERROR (naming no receipt) of a SEND it refused can come after the
         last SEND's receipt (seen in CI, in the staging engine's settle), and the COMMIT is
         then refused ("Transaction marked rollback only"), nothing of it done. That ERROR,
-        waited for up to LATE_ERROR_S, is the refusal, as ``_begin_with_sends`` says it."""
+        waited for up to LATE_ERROR_S, is the refusal, as ``_begin_with_sends`` says it.
+        ``acked``: the transaction held ACKs (a sweep's). Their messages are then neither
+        delivered again nor browsable until the connection closes (seen here: a sweep's five
+        came back only on a new connection), so a new connection is opened before the
+        refusal is raised."""
         try:
             self._await([done], what)
         except BrokerUnavailable:
@@ -254,6 +259,9 @@ class ActiveMQQueues(ActiveMQ):
                 late = listener.errors[errors] if len(listener.errors) > errors else None
             if late is None:
                 raise
+            if acked:
+                self.close()
+                self.connect()
             raise _refused(late, sends, undone) from None
 
     @staticmethod

@@ -549,6 +549,19 @@ def test_activemq_a_sends_late_error_is_still_the_puts_refusal(activemq: QueueTo
     assert gone in refused.value.destination and "none of them was put" in str(refused.value)
     assert not activemq.size(target)
 
+    # A sweep (a replay): its ACKs are in the refused transaction too. Its batch stays on
+    # the dead-letter queue, at once (a batch committed before it is on the target); each
+    # message is in one of the two, once.
+    dlq = f"{PREFIX}{run}-dlq"
+    fill(activemq, dlq, [dead_letter(run, i, f"/queue/{target}", "EU") for i in range(5)])
+    held_back.clear()
+    with pytest.raises(PutRefused) as refused:
+        activemq.sweep(dlq, lambda f: Put(gone if f.message.headers.get("n") == "2" else
+                                          f"/queue/{target}", f.message))
+    assert held_back and refused.value.reason is MQRC_UNKNOWN_OBJECT_NAME, refused.value
+    left, moved = ids(activemq, dlq), ids(activemq, target)
+    assert f"{run}-2" in left and sorted(left + moved) == [f"{run}-{i}" for i in range(5)]
+
 
 def test_the_handler_runs_until_stopped(broker: Broker, tools: QueueTools,
                                         tmp_path: Path) -> None:
