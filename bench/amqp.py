@@ -5,9 +5,10 @@ outstanding, 100) and consumption with a prefetch of ``--prefetch`` (1,000, a mu
 every 100), ``--count`` messages of ``--size`` bytes (the issue asks for 100,000 of 1 KiB);
 then, through the bridge, delayed publishes (``x-delay`` of an hour, each staged) against
 plain ones (``--rounds`` pairs, every other one delayed first; the median of their ratios is
-the one against the goal), and, for reference, what RabbitMQ alone does with publishes shaped like staged
-copies (a new message id, a correlation id, the envelope's header table) against plain ones,
-direct; the ratios against the goals; and the bridge's CPU time per message and peak RSS.
+the one against the goal), and, for reference, what RabbitMQ alone does with publishes shaped
+like staged copies (a new message id, a correlation id, the envelope's header table) against
+plain ones, direct; the ratios against the goals; and the bridge's CPU time per message and
+peak RSS.
 
 The client is a minimal AMQP client on asyncio and pamqp that writes pre-built frames and
 counts the broker's acks and deliveries from their bytes: its own cost per message is a few
