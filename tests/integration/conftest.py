@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pika
 import pytest
@@ -18,6 +19,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.integration)
+
+
+LOG_TAIL = 4000  # characters of each log a failure report carries
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failing test's report carries the end of the log of each bridge it was given and of
+    its broker's log: what the bridge and the broker said is often the only clue to a failure
+    seen once in CI."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.passed or report.skipped:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, BridgeProcess):
+            try:
+                text = value.log()[-LOG_TAIL:]
+            except OSError as exc:
+                text = f"(unreadable: {exc})"
+            report.sections.append((f"bridge log ({name}), its end", text))
+        elif isinstance(value, Broker) and value.log:
+            try:
+                with open(value.log, "rb") as f:
+                    f.seek(0, 2)
+                    f.seek(max(0, f.tell() - LOG_TAIL))
+                    text = f.read().decode("utf-8", "replace")
+            except OSError as exc:
+                text = f"(unreadable: {exc})"
+            report.sections.append((f"{value.name} log, its end", text))
 
 
 @pytest.fixture(params=sorted(BROKERS), scope="session")
