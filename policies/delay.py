@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from policies.errors import ConfigError, Refused
 from policies.reasons import MQRC_EXPIRY_ERROR, MQRC_OPTIONS_ERROR
@@ -90,8 +91,7 @@ class DelayConfig:
         return self.relative_headers + self.absolute_headers
 
 
-@dataclass(frozen=True, slots=True)
-class DelayedSend:
+class DelayedSend(NamedTuple):  # (immutable; cheaper to make than a frozen dataclass)
     """A send accepted for staging."""
 
     delay_ms: int  # > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +26,10 @@ class Principal:
 ANONYMOUS = Principal()
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
-    """A message a client sends (STOMP SEND, AMQP Basic.Publish)."""
+class Send(NamedTuple):
+    """A message a client sends (STOMP SEND, AMQP Basic.Publish). (A NamedTuple, immutable as
+    the other views are, at a quarter of a frozen dataclass's cost to make: one a screened
+    send.)"""
 
     destination: str  # as a STOMP client names it: /queue/a, /topic/b, /exchange/x/key, ...
     headers: Mapping[str, str]
