@@ -41,9 +41,14 @@ class Layout:
     prefix: str = DEFAULT_PREFIX
     second_levels: bool = False
     dwells: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    # Every level's queue name by its k (0 to MAX_LEVEL), made once: one is named for each
+    # delayed send.
+    _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dwells", _dwells(self.second_levels))
+        object.__setattr__(self, "_names",
+                           tuple(f"{self.prefix}.L{k:02d}" for k in range(MAX_LEVEL + 1)))
 
     @property
     def ready(self) -> str:
@@ -51,6 +56,8 @@ class Layout:
 
     def level(self, k: int) -> str:
         """The level of dwell 2**k ms."""
+        if 0 <= k <= MAX_LEVEL:
+            return self._names[k]
         return f"{self.prefix}.L{k:02d}"
 
     def level_of(self, dwell_ms: int) -> str:

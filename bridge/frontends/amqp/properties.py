@@ -130,13 +130,9 @@ def read_content_header(payload: bytes) -> pheader.ContentHeader:
     return header
 
 
-def plugin_values(values: list[Any]) -> dict[str, Any]:
-    """``read_values`` by pika's attribute names, only the ones set, a timestamp in epoch
-    seconds as pamqp's reading of it gives them: what ``adapters.rabbitmq_stomp.plugin_headers``
-    maps to STOMP headers."""
-    out = {name: value for name, value in zip(PIKA_NAMES, values, strict=True)
-           if value is not None}
-    stamp = out.get("timestamp")
-    if stamp is not None and stamp > 0xFFFFFFFF:
-        out["timestamp"] = int(_pamqp_stamp(stamp).timestamp())
-    return out
+def plugin_stamp(stamp: int) -> int:
+    """A timestamp on the wire in epoch seconds, as pamqp's reading of it gives them (past the
+    year 2106 it takes it for milliseconds)."""
+    if stamp > 0xFFFFFFFF:
+        return int(_pamqp_stamp(stamp).timestamp())
+    return stamp

@@ -14,17 +14,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Coroutine, Mapping
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands
 
 from adapters import amqp_types
-from adapters.rabbitmq_stomp import Route, plugin_headers, plugin_properties, route
+from adapters.base import PER_DELIVERY
+from adapters.rabbitmq_stomp import (
+    DEST_PREFIXES,
+    REPLY_QUEUE,
+    STRING_PROPERTIES,
+    Route,
+    plugin_properties,
+    route,
+)
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
 from bridge.frontends.amqp.framer import plain_publish
-from bridge.frontends.amqp.properties import header_frame, plugin_values
+from bridge.frontends.amqp.properties import PIKA_NAMES, header_frame, plugin_stamp
 from bridge.frontends.amqp.tables import wire_keys
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import Decision, Hold, Refuse, Rewrite
@@ -43,10 +51,52 @@ def destination_of(exchange: str, routing_key: str) -> str:
     return f"/exchange/{exchange}/{routing_key}" if routing_key else f"/exchange/{exchange}"
 
 
+# Where each of the plugin's string and integer properties is among the 14 values.
+_STRING_AT: Final = tuple((header, PIKA_NAMES.index(attr)) for header, attr in STRING_PROPERTIES)
+_PRIORITY: Final = PIKA_NAMES.index("priority")
+_TIMESTAMP: Final = PIKA_NAMES.index("timestamp")
+_REPLY_TO: Final = "reply-to"
+
+
 def headers_of(values: list[Any]) -> dict[str, str]:
     """A message's properties and header table (``Frame.values``) as STOMP headers, as the
-    plugin shows them."""
-    return plugin_headers(plugin_values(values))
+    plugin shows them: what ``adapters.rabbitmq_stomp.plugin_headers`` gives for the same
+    properties by pika's names, in the same order, read off the 14 values without making that
+    dict of names first (one a screened publish, one a watched delivery;
+    ``tests/unit/test_amqp_properties.py`` holds the two equal)."""
+    out: dict[str, str] = {}
+    table = values[TABLE]
+    if table:
+        for name, value in table.items():
+            kind = type(value)
+            if kind is str:
+                out.setdefault(name, value)
+            elif kind is bool:
+                continue  # a boolean field; the plugin drops it
+            elif isinstance(value, int):
+                out.setdefault(name, str(value))
+            elif isinstance(value, str):
+                out.setdefault(name, value)
+    for header, at in _STRING_AT:
+        text = values[at]
+        if text is not None:
+            out.setdefault(header, text)
+    priority = values[_PRIORITY]
+    if priority is not None:
+        out.setdefault("priority", str(priority))
+    stamp = values[_TIMESTAMP]
+    if stamp is not None:
+        out.setdefault("timestamp", str(plugin_stamp(stamp)))
+    mode = values[MODE]
+    if mode is not None:
+        out.setdefault("persistent", "true" if mode == 2 else str(mode))
+    reply_to = out.get(_REPLY_TO)
+    if reply_to is not None and not reply_to.startswith(DEST_PREFIXES):
+        out[_REPLY_TO] = REPLY_QUEUE + reply_to
+    for name in PER_DELIVERY:
+        if name in out:
+            del out[name]
+    return out
 
 
 def property_values(headers: Mapping[str, str]) -> list[Any]:
