@@ -18,10 +18,13 @@ from pamqp import header as pheader
 
 from adapters import amqp_types
 from adapters.rabbitmq_stomp import amqp_properties, stomp_headers
+from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import content_frames, content_frames_of
+from bridge.frontends.amqp.errors import AmqpProtocolError
+from bridge.frontends.amqp.framer import FRAME_HEADER, FRAME_METHOD, Frame
 from bridge.frontends.amqp.properties import header_frame, read_content_header, read_values
 from bridge.frontends.amqp.tables import check_properties
-from bridge.frontends.amqp.translate import headers_of, property_values
+from bridge.frontends.amqp.translate import headers_of, property_values, publish_fields
 
 SHORT = st.text(max_size=40)
 # Table values pamqp itself writes as RabbitMQ reads them (no negative integers below 32 bits,
@@ -215,3 +218,38 @@ def test_the_publish_screen_reads_the_headers_pamqps_reading_gives(
         stomp_headers(pika.BasicProperties(**pika_values(theirs))).items())
     assert (amqp_types.encode(values[2], values[3], drop={"x-delay"})
             == amqp_types.encode(theirs.headers, theirs.delivery_mode, drop={"x-delay"}))
+
+
+NAMES = st.text(max_size=20) | st.binary(max_size=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(NAMES, NAMES, st.integers(0, 255), st.binary(max_size=3))
+def test_the_screen_reads_a_publishs_fields_as_pamqp_does(
+    exchange: str | bytes, key: str | bytes, bits: int, extra: bytes
+) -> None:
+    """``publish_fields`` reads exchange, routing key and mandatory off a Basic.Publish's bytes
+    when they have the plain layout: what pamqp decodes, for names that are not UTF-8 and for
+    bytes after the bits too (those are decoded, or refused, by pamqp)."""
+    def short(value: str | bytes) -> bytes:
+        raw = value.encode() if isinstance(value, str) else value
+        return bytes((len(raw),)) + raw
+
+    args = b"\x00\x00" + short(exchange) + short(key) + bytes((bits,)) + extra
+    payload = commands.Basic.Publish.index.to_bytes(4, "big") + args
+    raw = b"\x01\x00\x01" + len(payload).to_bytes(4, "big") + payload + b"\xce"
+    frame = Frame(FRAME_METHOD, 1, raw)
+    message = Message(1, frame, Frame(FRAME_HEADER, 1, b""), [])
+    try:
+        decoded = frame.method
+    except AmqpProtocolError:
+        decoded = None
+    try:
+        ours: tuple[str, str, bool] | None = publish_fields(message)
+    except AmqpProtocolError:
+        ours = None
+    if decoded is None:
+        assert ours is None
+    else:
+        assert isinstance(decoded, commands.Basic.Publish)
+        assert ours == (decoded.exchange, decoded.routing_key, bool(decoded.mandatory))

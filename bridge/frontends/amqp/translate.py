@@ -31,7 +31,6 @@ from adapters.rabbitmq_stomp import (
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
-from bridge.frontends.amqp.framer import plain_publish
 from bridge.frontends.amqp.properties import PIKA_NAMES, header_frame, plugin_stamp
 from bridge.frontends.amqp.tables import wire_keys
 from bridge.intercept.chain import Chain
@@ -143,17 +142,14 @@ class PublishScreen:
         giving them when the chain holds the publish; ``Refused`` when it refuses it."""
         header = message.header_frame.raw
         routing = message.method_frame.raw
-        if (self._key_search is None or self._key_search(header) is None) and not any(
-            m in routing for m in self._mentioned
-        ):
+        if (self._key_search is None or self._key_search(header) is None) and not _mentions(
+                self._mentioned, routing):
             return None
         exchange, routing_key, mandatory = publish_fields(message)
         destination = destination_of(exchange, routing_key)
         values = message.header_frame.values
-        table = values[TABLE] or {}
-        if not any(n in table for n in self.names) and not any(
-            m in destination for m in self.mentions
-        ):
+        if not _names_in(self.names, values[TABLE]) and not _mentions(self.mentions,
+                                                                       destination):
             return None
         headers = {"destination": destination, **headers_of(values)}
         types = amqp_types.encode(values[TABLE], values[MODE], drop=self.names)
@@ -163,17 +159,17 @@ class PublishScreen:
         decision = self.chain.on_send(view)
         if isinstance(decision, Hold):
             return self._held(message, conn, view, decision, mandatory)
-        return self._bytes(message, conn, decision, mandatory)
+        return self._bytes(message, conn, decision, mandatory, view.body_size)
 
     async def _held(self, message: Message, conn: ProxyConnection, view: Send,
                     decision: Decision, mandatory: bool) -> bytes | None:
         while isinstance(decision, Hold):
             await decision.check()
             decision = self.chain.on_send(view)
-        return self._bytes(message, conn, decision, mandatory)
+        return self._bytes(message, conn, decision, mandatory, view.body_size)
 
     def _bytes(self, message: Message, conn: ProxyConnection, decision: Decision,
-               mandatory: bool) -> bytes | None:
+               mandatory: bool, body_size: int) -> bytes | None:
         if isinstance(decision, Refuse):
             raise decision.refusal
         if not isinstance(decision, Rewrite):
@@ -186,22 +182,42 @@ class PublishScreen:
                 self._routes[decision.destination] = where
         channel = message.channel
         method = publish_method(channel, where.exchange, where.routing_key, mandatory)
-        header = header_frame(channel, message.body_size, property_values(staged))
+        header = header_frame(channel, body_size, property_values(staged))
         # The body frames go as they came: the same channel, within the same frame_max.
         return b"".join((method, header, *[frame.raw for frame in message.body_frames]))
 
 
+def _mentions(mentions: tuple[Any, ...], where: Any) -> bool:
+    """Whether any of ``mentions`` is in ``where`` (a loop: a generator costs more here)."""
+    for mention in mentions:
+        if mention in where:
+            return True
+    return False
+
+
+def _names_in(names: frozenset[str], table: dict[str, Any] | None) -> bool:
+    if table:
+        for name in names:
+            if name in table:
+                return True
+    return False
+
+
 def publish_fields(message: Message) -> tuple[str, str, bool]:
     """(exchange, routing key, mandatory) of a Basic.Publish, read off its bytes when it has
-    the plain layout (``framer``), else decoded."""
+    the plain layout (``framer.plain_publish``, checked here as it is read), else decoded."""
     raw = message.method_frame.raw
-    if plain_publish(raw):
-        at = 13
-        exchange = raw[at + 1:at + 1 + raw[at]]
-        at += 1 + raw[at]
-        key = raw[at + 1:at + 1 + raw[at]]
-        at += 1 + raw[at]
-        return exchange.decode(), key.decode(), bool(raw[at] & 1)
+    end = len(raw) - 1
+    if 13 < end:
+        key_at = 14 + raw[13]  # after the frame header, class, method, ticket, exchange
+        if key_at < end:
+            bits_at = key_at + 1 + raw[key_at]
+            if bits_at + 1 == end:
+                try:
+                    return (raw[14:key_at].decode(), raw[key_at + 1:bits_at].decode(),
+                            bool(raw[bits_at] & 1))
+                except UnicodeDecodeError:
+                    pass  # pamqp's decoding refuses it
     publish = message.method
     assert isinstance(publish, commands.Basic.Publish)
     return publish.exchange, publish.routing_key, bool(publish.mandatory)
