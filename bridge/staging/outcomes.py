@@ -45,8 +45,8 @@ class Kind(enum.Enum):
     KEPT = "kept"  # its dead-letter destination refused it too: kept on the staging queues
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+@dataclass(slots=True)  # (not frozen: one is made for each delayed send, and a frozen one
+class Outcome:          # cost four times as much to make; nobody changes one once made)
     kind: Kind
     at_ms: int  # when the broker confirmed it
     message_id: str | None = None  # the original message id

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
@@ -33,15 +32,44 @@ UNSURE_TTL_S = 5.0
 FULL_TTL_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
 class TargetKey:
     """Who sends to where. The passcode travels with it for the probe, but two sessions of the
-    same user share one verdict (the broker authenticated both)."""
+    same user share one verdict (the broker authenticated both). Immutable, and hashed once:
+    one is made and looked up for each delayed send (a frozen dataclass cost five times as
+    much, and hashed its fields again at each lookup)."""
+
+    __slots__ = ("login", "vhost", "destination", "passcode", "_hash")
+
+    def __init__(self, login: str | None, vhost: str | None, destination: str,
+                 passcode: str | None = None) -> None:
+        setter = object.__setattr__
+        setter(self, "login", login)
+        setter(self, "vhost", vhost)
+        setter(self, "destination", destination)
+        setter(self, "passcode", passcode)
+        setter(self, "_hash", hash((login, vhost, destination)))
 
     login: str | None
     vhost: str | None
     destination: str
-    passcode: str | None = field(default=None, compare=False, repr=False)
+    passcode: str | None
+    _hash: int
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"TargetKey is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not TargetKey:
+            return NotImplemented
+        return (self.login == other.login and self.vhost == other.vhost
+                and self.destination == other.destination)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return (f"TargetKey(login={self.login!r}, vhost={self.vhost!r}, "
+                f"destination={self.destination!r})")
 
 
 class Unknown:
