@@ -69,8 +69,15 @@ def encode(table: Mapping[str, Any] | None, delivery_mode: int | None = None,
            *, drop: frozenset[str] | set[str] = frozenset()) -> str | None:
     """``TYPES_HEADER``'s value for a typed header table (less the entries named in ``drop``)
     and delivery mode; None when there is nothing a STOMP view would lose."""
-    kept = {k: _writable(v) for k, v in (table or {}).items() if k not in drop}
-    lossy = any(shown(v) is None or not isinstance(v, str) for v in kept.values())
+    # (Loops, not comprehensions: this runs for every screened AMQP publish.)
+    kept: dict[str, Any] = {}
+    lossy = False  # a value the STOMP view does not show as it is: anything but a string
+    if table:
+        for name, value in table.items():
+            if name not in drop:
+                kept[name] = _writable(value)
+                if not isinstance(value, str):
+                    lossy = True
     mode_lost = delivery_mode is not None and delivery_mode != 2
     if not lossy and not mode_lost:
         return None

@@ -108,7 +108,7 @@ class DelayInterceptor(Interceptor):
         queue = self.layout.queue_for(delayed.due_ms - now)
         staging = fmt.client_destination(queue)
         staged = staged_headers(
-            headers.items(),
+            headers,
             fmt,
             target=destination,
             staging_destination=staging,

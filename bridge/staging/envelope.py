@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from adapters.base import StagedFormat
@@ -123,8 +123,22 @@ class Staged:
         )
 
 
+_DROPPED: dict[tuple[tuple[str, ...], str | None], frozenset[str]] = {}
+
+
+def _dropped(drop: tuple[str, ...], id_header: str | None) -> frozenset[str]:
+    """The headers a staged copy does not keep, made once for each set of delay headers."""
+    found = _DROPPED.get((drop, id_header))
+    if found is None:
+        found = frozenset({*drop, "destination", "expires", "expiration", "correlation-id",
+                           *((id_header,) if id_header else ())})
+        if len(_DROPPED) < 64:
+            _DROPPED[(drop, id_header)] = found
+    return found
+
+
 def staged_headers(
-    headers: Iterable[tuple[str, str]],
+    headers: Mapping[str, str] | Iterable[tuple[str, str]],
     fmt: StagedFormat,
     *,
     target: str,
@@ -136,25 +150,32 @@ def staged_headers(
 ) -> list[tuple[str, str]]:
     """The headers of the staged copy of a SEND: keeps receipt and transaction (so that the
     broker's RECEIPT confirms the staging and COMMIT/ABORT decide it), drops the delay headers
-    named in ``drop`` and the TTL (it is enforced at release, and carried here)."""
+    named in ``drop`` and the TTL (it is enforced at release, and carried here). ``headers``:
+    a mapping, or (name, value) pairs of which the first of a name counts."""
     id_header = fmt.message_id_header
-    first: dict[str, str] = {}
-    for name, value in headers:
-        first.setdefault(name, value)
+    first: Mapping[str, str]
+    if isinstance(headers, dict):  # (a view's headers: no name twice already)
+        first = headers
+    elif isinstance(headers, Mapping):
+        first = dict(headers)
+    else:
+        pairs: dict[str, str] = {}
+        for name, value in headers:
+            pairs.setdefault(name, value)  # the first of a repeated header counts
+        first = pairs
     # A message the bridge released before (and now stages again) keeps its original id.
     original_id = (
         first.get(MESSAGE_ID) or (first.get(id_header) if id_header else None) or new_message_id()
     )
-    dropped = {*drop, "destination", "expires", "expiration", "correlation-id"}
-    if id_header:
-        dropped.add(id_header)
+    dropped = _dropped(tuple(drop), id_header)
     out = [("destination", staging_destination)]
     out += [(n, v) for n, v in first.items() if n not in dropped and not n.startswith(PREFIX)]
+    sent = str(sent_ms)
     out += [
         (TARGET, target),
         (DUE, str(due_ms)),
-        (SENT, str(sent_ms)),
-        (ENTERED, str(sent_ms)),
+        (SENT, sent),
+        (ENTERED, sent),
         (MESSAGE_ID, original_id),
         ("correlation-id", original_id),
     ]

@@ -214,8 +214,10 @@ def test_the_publish_screen_reads_the_headers_pamqps_reading_gives(
     theirs = pamqp_read(raw).properties
     values = read_values(raw[7:-1])
     # (In the same order too: the staged copy's table keeps it.)
-    assert list(headers_of(values).items()) == list(
-        stomp_headers(pika.BasicProperties(**pika_values(theirs))).items())
+    plugins = stomp_headers(pika.BasicProperties(**pika_values(theirs)))
+    assert list(headers_of(values).items()) == list(plugins.items())
+    assert list(headers_of(values, "/amq/queue/q").items()) == [
+        ("destination", "/amq/queue/q"), *plugins.items()]
     assert (amqp_types.encode(values[2], values[3], drop={"x-delay"})
             == amqp_types.encode(theirs.headers, theirs.delivery_mode, drop={"x-delay"}))
 

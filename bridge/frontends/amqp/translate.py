@@ -55,15 +55,18 @@ _STRING_AT: Final = tuple((header, PIKA_NAMES.index(attr)) for header, attr in S
 _PRIORITY: Final = PIKA_NAMES.index("priority")
 _TIMESTAMP: Final = PIKA_NAMES.index("timestamp")
 _REPLY_TO: Final = "reply-to"
+_DESTINATION: Final = "destination"
 
 
-def headers_of(values: list[Any]) -> dict[str, str]:
+def headers_of(values: list[Any], destination: str | None = None) -> dict[str, str]:
     """A message's properties and header table (``Frame.values``) as STOMP headers, as the
     plugin shows them: what ``adapters.rabbitmq_stomp.plugin_headers`` gives for the same
     properties by pika's names, in the same order, read off the 14 values without making that
     dict of names first (one a screened publish, one a watched delivery;
-    ``tests/unit/test_amqp_properties.py`` holds the two equal)."""
-    out: dict[str, str] = {}
+    ``tests/unit/test_amqp_properties.py`` holds the two equal). With ``destination``, a
+    ``destination`` header first, as a publish's view has it (a table entry of that name is
+    dropped, as the plugin drops it)."""
+    out: dict[str, str] = {} if destination is None else {_DESTINATION: destination}
     table = values[TABLE]
     if table:
         for name, value in table.items():
@@ -93,7 +96,7 @@ def headers_of(values: list[Any]) -> dict[str, str]:
     if reply_to is not None and not reply_to.startswith(DEST_PREFIXES):
         out[_REPLY_TO] = REPLY_QUEUE + reply_to
     for name in PER_DELIVERY:
-        if name in out:
+        if name in out and (destination is None or name != _DESTINATION):
             del out[name]
     return out
 
@@ -151,7 +154,7 @@ class PublishScreen:
         if not _names_in(self.names, values[TABLE]) and not _mentions(self.mentions,
                                                                        destination):
             return None
-        headers = {"destination": destination, **headers_of(values)}
+        headers = headers_of(values, destination)
         types = amqp_types.encode(values[TABLE], values[MODE], drop=self.names)
         if types is not None:  # the staged copy keeps the table's types for the release
             headers[amqp_types.TYPES_HEADER] = types
