@@ -145,16 +145,7 @@ def plugin_headers(values: Mapping[str, Any]) -> dict[str, str]:
     seconds): what the AMQP front-end reads off a content header without building pika's
     object."""
     out: dict[str, str] = {}
-    for name, value in (values.get("headers") or {}).items():
-        kind = type(value)
-        if kind is str:
-            out.setdefault(name, value)
-        elif kind is bool:
-            continue  # a boolean field; the plugin drops it
-        elif isinstance(value, int):
-            out.setdefault(name, str(value))
-        elif isinstance(value, str):
-            out.setdefault(name, value)
+    table_headers(values.get("headers") or {}, out)
     for header, attr in STRING_PROPERTIES:
         value = values.get(attr)
         if value is not None:
@@ -172,6 +163,21 @@ def plugin_headers(values: Mapping[str, Any]) -> dict[str, str]:
     for name in PER_DELIVERY:
         out.pop(name, None)
     return out
+
+
+def table_headers(table: Mapping[str, Any], out: dict[str, str]) -> None:
+    """A header table's entries as the plugin shows them, into ``out`` (the first of a name
+    kept): strings as they are, integers in decimal, anything else dropped."""
+    for name, value in table.items():
+        kind = type(value)
+        if kind is str:
+            out.setdefault(name, value)
+        elif kind is bool:
+            continue  # a boolean field; the plugin drops it
+        elif isinstance(value, int):
+            out.setdefault(name, str(value))
+        elif isinstance(value, str):
+            out.setdefault(name, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -384,21 +384,23 @@ def plain_publish(raw: bytes) -> bool:
     exchange and routing key (UTF-8 short strings), one octet of bits, nothing more. Checked
     on the bytes, as pamqp's decoding of every publish is the relay's largest cost; anything
     else is decoded (and refused) the slow way."""
+    return plain_publish_fields(raw) is not None
+
+
+def plain_publish_fields(raw: bytes) -> tuple[str, str, bool] | None:
+    """(exchange, routing key, mandatory) of a Basic.Publish frame of the plain layout
+    (``plain_publish``), read off its bytes; None for any other."""
     end = len(raw) - 1
-    pos = 13  # after the frame header, class, method and ticket
-    if pos >= end:
-        return False
-    exchange = raw[pos + 1:pos + 1 + raw[pos]]
-    pos += 1 + raw[pos]
-    if pos >= end:
-        return False
-    key = raw[pos + 1:pos + 1 + raw[pos]]
-    pos += 1 + raw[pos]
-    if pos + 1 != end:
-        return False
+    if 13 >= end:  # the frame header, class, method and ticket come first
+        return None
+    key_at = 14 + raw[13]
+    if key_at >= end:
+        return None
+    bits_at = key_at + 1 + raw[key_at]
+    if bits_at + 1 != end:
+        return None
     try:
-        exchange.decode()
-        key.decode()
+        return (raw[14:key_at].decode(), raw[key_at + 1:bits_at].decode(),
+                bool(raw[bits_at] & 1))
     except UnicodeDecodeError:
-        return False
-    return True
+        return None

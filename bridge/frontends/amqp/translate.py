@@ -27,10 +27,12 @@ from adapters.rabbitmq_stomp import (
     Route,
     plugin_properties,
     route,
+    table_headers,
 )
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
+from bridge.frontends.amqp.framer import plain_publish_fields
 from bridge.frontends.amqp.properties import PIKA_NAMES, header_frame, plugin_stamp
 from bridge.frontends.amqp.tables import wire_keys
 from bridge.intercept.chain import Chain
@@ -69,16 +71,7 @@ def headers_of(values: list[Any], destination: str | None = None) -> dict[str, s
     out: dict[str, str] = {} if destination is None else {_DESTINATION: destination}
     table = values[TABLE]
     if table:
-        for name, value in table.items():
-            kind = type(value)
-            if kind is str:
-                out.setdefault(name, value)
-            elif kind is bool:
-                continue  # a boolean field; the plugin drops it
-            elif isinstance(value, int):
-                out.setdefault(name, str(value))
-            elif isinstance(value, str):
-                out.setdefault(name, value)
+        table_headers(table, out)
     for header, at in _STRING_AT:
         text = values[at]
         if text is not None:
@@ -208,19 +201,10 @@ def _names_in(names: frozenset[str], table: dict[str, Any] | None) -> bool:
 
 def publish_fields(message: Message) -> tuple[str, str, bool]:
     """(exchange, routing key, mandatory) of a Basic.Publish, read off its bytes when it has
-    the plain layout (``framer.plain_publish``, checked here as it is read), else decoded."""
-    raw = message.method_frame.raw
-    end = len(raw) - 1
-    if 13 < end:
-        key_at = 14 + raw[13]  # after the frame header, class, method, ticket, exchange
-        if key_at < end:
-            bits_at = key_at + 1 + raw[key_at]
-            if bits_at + 1 == end:
-                try:
-                    return (raw[14:key_at].decode(), raw[key_at + 1:bits_at].decode(),
-                            bool(raw[bits_at] & 1))
-                except UnicodeDecodeError:
-                    pass  # pamqp's decoding refuses it
+    the plain layout (``framer.plain_publish_fields``), else decoded."""
+    fields = plain_publish_fields(message.method_frame.raw)
+    if fields is not None:
+        return fields
     publish = message.method
     assert isinstance(publish, commands.Basic.Publish)
     return publish.exchange, publish.routing_key, bool(publish.mandatory)
