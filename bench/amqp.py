@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import socket
 import statistics
 import struct
@@ -249,15 +250,7 @@ class Proc:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the process and its children so far."""
-        total = 0.0
-        tick = os.sysconf("SC_CLK_TCK")
-        for pid in _tree(self.proc.pid):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / tick
-        return total
+        return cpu_s(_tree(self.proc.pid))
 
     def peak_rss_mb(self) -> float:
         """VmHWM of the main process (the front-end; the staging engine is a child)."""
@@ -273,6 +266,53 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (those gone count 0)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def listener_pid(port: int) -> int | None:
+    """The process listening on ``port`` on this machine (the local RabbitMQ), for its CPU
+    time; None when there is none here or ``ss`` cannot tell."""
+    try:
+        out = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True,
+                             text=True, timeout=5, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"pid=(\d+)", out)
+    return int(found.group(1)) if found else None
+
+
+class CpuMeter:
+    """CPU µs a message of the bridge, the broker (when it runs here) and this client."""
+
+    def __init__(self, bridge: Proc | None, broker: int | None) -> None:
+        self.bridge, self.broker = bridge, broker
+
+    def now(self) -> tuple[float, float, float]:
+        mine = os.times()
+        return (self.bridge.cpu_s() if self.bridge else 0.0,
+                cpu_s([self.broker]) if self.broker else 0.0, mine.user + mine.system)
+
+    def per_message(self, before: tuple[float, float, float], count: int, kind: str
+                    ) -> dict[str, float]:
+        after = self.now()
+        out = {f"{kind}_client_cpu_us": (after[2] - before[2]) / count * 1e6}
+        if self.bridge is not None:
+            out[f"{kind}_cpu_us"] = (after[0] - before[0]) / count * 1e6
+        if self.broker is not None:
+            out[f"{kind}_broker_cpu_us"] = (after[1] - before[1]) / count * 1e6
+        return out
 
 
 def _tree(pid: int) -> list[int]:
@@ -352,15 +392,16 @@ async def delayed_vs_plain(port: int, args: argparse.Namespace, proc: Proc,
     out: dict[str, float] = {}
     kinds: list[tuple[str, dict[str, Any] | None]] = [("plain", None),
                                                       ("delayed", {"x-delay": 3_600_000})]
+    meter = CpuMeter(proc, listener_pid(args.amqp_port))
     for kind, headers in reversed(kinds) if delayed_first else kinds:
         queue = f"bench-amqp-{uuid.uuid4().hex[:8]}"
         client = Client(port)
         await client.open()
         await client.declare(queue)
-        cpu0 = proc.cpu_s()
+        before = meter.now()
         elapsed = await client.publish(queue, args.count, body, args.window, headers)
         out[kind] = args.count / elapsed
-        out[f"{kind}_cpu_us"] = (proc.cpu_s() - cpu0) / args.count * 1e6
+        out.update(meter.per_message(before, args.count, kind))
         await client.delete(queue)
         await client.close()
     return out
@@ -385,6 +426,7 @@ async def broker_alone(args: argparse.Namespace) -> dict[str, float]:
     each to a durable queue as the staging queues are (what the broker itself does with them)."""
     body = b"x" * args.size
     out: dict[str, float] = {}
+    meter = CpuMeter(None, listener_pid(args.amqp_port))
     for kind in ("plain", "staged-shaped"):
         queue = f"bench-amqp-{uuid.uuid4().hex[:8]}"
         client = Client(args.amqp_port)
@@ -392,8 +434,10 @@ async def broker_alone(args: argparse.Namespace) -> dict[str, float]:
         client.send(commands.Queue.Declare(queue=queue, durable=True))
         await client.expect(commands.Queue.DeclareOk)
         props = None if kind == "plain" else staged_shape(queue)
+        before = meter.now()
         out[kind] = args.count / await client.publish(queue, args.count, body, args.window,
                                                       props=props)
+        out.update(meter.per_message(before, args.count, kind))
         await client.delete(queue)
         await client.close()
     return out
@@ -503,11 +547,15 @@ def main() -> int:
               f"({delayed['plain_cpu_us']:.1f} CPU µs/msg), delayed {fmt(delayed['delayed'])}/s "
               f"({delayed['delayed_cpu_us']:.1f} CPU µs/msg); {report['staged_purged']:,} staged "
               "copies purged")
+        for kind in ("plain", "delayed"):
+            print("  " + budget(f"{kind} through the bridge", delayed, kind))
     alone = report.get("broker_alone")
     if alone is not None:
         print(f"  the broker alone (direct, durable queue): plain {fmt(alone['plain'])}/s, "
               f"staged-shaped {fmt(alone['staged-shaped'])}/s "
               f"({alone['staged-shaped'] / alone['plain']:.3f})")
+        for kind in ("plain", "staged-shaped"):
+            print("  " + budget(f"{kind}, the broker alone", alone, kind))
     for name, value in ratios.items():
         goal = GOALS.get(name.rsplit(" ", 1)[0])
         verdict = "" if goal is None else (" (goal {:.2f}: {})".format(
@@ -520,6 +568,19 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
+
+
+def budget(name: str, figures: dict[str, float], kind: str) -> str:
+    """Where a message's CPU went (bridge, broker, this client) against its wall time: how many
+    of the machine's cores the path kept busy."""
+    parts = [(who, figures.get(f"{kind}{suffix}")) for who, suffix in (
+        ("bridge", "_cpu_us"), ("broker", "_broker_cpu_us"), ("client", "_client_cpu_us"))]
+    known = [(who, us) for who, us in parts if us is not None]
+    total = sum(us for _, us in known)
+    wall = 1e6 / figures[kind]
+    return (f"CPU a message, {name}: " + " + ".join(f"{who} {us:.1f}" for who, us in known)
+            + f" = {total:.1f} µs, in {wall:.1f} µs of wall time ({total / wall:.2f} cores busy"
+            f" of {os.cpu_count()})")
 
 
 if __name__ == "__main__":

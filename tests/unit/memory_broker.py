@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from adapters import activemq, rabbitmq
-from adapters.base import Held, Message, Move, StagedFormat
+from adapters.base import Held, Message, Move, PutCheck, StagedFormat
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import Reason
 
@@ -46,6 +46,8 @@ class MemoryBroker:
         self.format: StagedFormat = {"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}[name]
         self.clock = clock
         self.realtime = realtime  # poll sleeps its timeout when nothing arrives (thread tests)
+        # As the adapters: ActiveMQ's browse shows the messages consumers hold.
+        self.sees_held = name == "activemq"
         self.queues: dict[str, deque[_Entry]] = {}
         self.declared: set[str] = set()
         self.connected = False
@@ -84,9 +86,13 @@ class MemoryBroker:
             held = sum(1 for h in self._held.values() if h.held.queue == queue)
             return len(self.queues.get(queue, ())) + held
 
-    @property
-    def sees_held(self) -> bool:
-        return self.name == "activemq"
+    def check_put(self, destination: str) -> PutCheck:
+        """What ``refusals`` says of ``destination``: no probe of its own."""
+        refused = self.refusals.get(destination)
+        return PutCheck(Refused(*refused) if refused else None)
+
+    def staging_checks(self, destination: str) -> bool:
+        return destination not in self.refusals
 
     def consumers(self, queue: str) -> int:
         """The engine's subscription, and ``extra_consumers``."""
