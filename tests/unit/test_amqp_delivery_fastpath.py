@@ -182,3 +182,12 @@ def test_a_run_ends_at_a_redelivery_a_partial_message_or_the_bridges_own_channel
         delivery_run(plain, own=100)[1][0]])
     assert delivery_run(plain + counted, own=100)[0] == len(plain + counted)
     assert delivery_run(plain + named, own=100, keys=keys)[0] == len(plain + named)
+
+
+def test_a_delivery_tag_above_32_bits_is_read_whole() -> None:
+    """A channel's delivery tags count up past 2**32 on a long-lived consumer."""
+    tag = 2**40 + 5
+    data = delivery(1, tag, redelivered=False, headers=None, size=10)
+    done, found, confirms, short = delivery_run(data, None)
+    assert (done, confirms, short) == (len(data), 0, False)
+    assert found[0][6] == tag

@@ -16,7 +16,7 @@ from pamqp import commands
 from bridge.frontends.amqp import AmqpProtocolError, Message, ProxyConnection
 from bridge.frontends.amqp.builders import publish_frames
 from bridge.frontends.amqp.connection import TAIL_MAX, PlainRun
-from bridge.frontends.amqp.fastpath import plain_run
+from bridge.frontends.amqp.fastpath import Needles, plain_run
 from tests.unit.amqp_wire import (
     HEADER,
     HEARTBEAT,
@@ -36,7 +36,7 @@ HANDSHAKE = (HEADER
 DELAYED = commands.Basic.Properties(headers={"x-delay": 5000})
 
 
-def opened(needles: tuple[bytes, ...] | None, max_body: int = 1 << 20) -> ProxyConnection:
+def opened(needles: Needles | None, max_body: int = 1 << 20) -> ProxyConnection:
     conn = ProxyConnection(max_body_size=max_body)
     conn.client_data(HANDSHAKE + method(commands.Channel.Open(), 1)
                      + method(commands.Channel.Open(), 2))
@@ -93,11 +93,15 @@ def message(rng: random.Random, channel: int, screening: bool) -> bytes:
     return raw_frame(1, channel, b"\x00\x3c\x00\x28\x00\x00\x01q", end=0x00)  # bad frame end
 
 
+KEY = (b"\x07x-delay",), ()  # the screen's needles: a header-table key, as on the wire
+MENTION = (), (b"q2",)  # a mention, in the routing key of channel 2's publishes
+
+
 @settings(max_examples=300, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), needles=st.sampled_from([(), (b"x-delay",)]))
-def test_fast_and_framed_paths_agree(seed: int, needles: tuple[bytes, ...]) -> None:
+@given(seed=st.integers(0, 2**32 - 1), needles=st.sampled_from([((), ()), KEY, MENTION]))
+def test_fast_and_framed_paths_agree(seed: int, needles: Needles) -> None:
     rng = random.Random(seed)
-    stream = b"".join(message(rng, rng.choice([1, 1, 2]), bool(needles))
+    stream = b"".join(message(rng, rng.choice([1, 1, 2]), needles == KEY)
                        for _ in range(rng.randint(1, 40)))
     chunks = random_chunks(stream, rng)
     framed = run(opened(None), chunks)
@@ -105,20 +109,23 @@ def test_fast_and_framed_paths_agree(seed: int, needles: tuple[bytes, ...]) -> N
     assert fast["up"] == framed["up"]
     assert fast["publishes"] == framed["publishes"]
     assert fast["error"] == framed["error"]
-    if needles:  # every publish the screen asked to see is still offered to it
-        wanted = [m for m in framed["screened"] if b"x-delay" in m]
-        assert [m for m in fast["screened"] if b"x-delay" in m] == wanted
+    # Every publish the screen asked to see is still offered to it (those of channel 2, with
+    # the mention: its bodies are b"C" * n).
+    needle = {KEY: b"x-delay", MENTION: b"q2"}.get(needles)
+    if needle is not None:
+        wanted = [m for m in framed["screened"] if needle in m]
+        assert [m for m in fast["screened"] if needle in m] == wanted
 
 
 def test_a_chunk_of_whole_publishes_is_one_run() -> None:
-    conn = opened(())
+    conn = opened(((), ()))
     data = b"".join(publish(1, b"x" * 1024) for _ in range(50))
     [event] = conn.client_data(data)
     assert isinstance(event, PlainRun) and event.publishes == 50 and event.raw == data
 
 
 def test_only_the_publishes_that_hold_a_needle_are_framed() -> None:
-    conn = opened((b"x-delay",))
+    conn = opened(KEY)
     data = (publish(1, b"plain") + publish(2, b"plain") + publish(1, b"later", DELAYED)
             + publish(2, b"plain"))
     events = conn.client_data(data)
@@ -129,7 +136,7 @@ def test_only_the_publishes_that_hold_a_needle_are_framed() -> None:
 
 
 def test_a_message_cut_by_the_chunk_waits_for_its_rest_and_is_counted_as_held() -> None:
-    conn = opened(())
+    conn = opened(((), ()))
     data = publish(1, b"a" * 10) + publish(1, b"b" * 10)
     cut = len(data) - 5
     [first] = conn.client_data(data[:cut])
@@ -143,7 +150,7 @@ def test_a_message_cut_by_the_chunk_waits_for_its_rest_and_is_counted_as_held() 
 def test_a_large_message_cut_by_the_chunks_goes_to_the_framer() -> None:
     """Held whole, it would be copied again with every chunk: one of more than TAIL_MAX bytes
     is left to the framer, which keeps its frames as they come."""
-    conn = opened(())
+    conn = opened(((), ()))
     one = publish_frames(1, commands.Basic.Publish(routing_key="q"), commands.Basic.Properties(),
                          b"z" * (3 * TAIL_MAX), 4096)
     big = one + one
@@ -169,7 +176,7 @@ def test_the_run_stops_before_what_it_does_not_know(why: str) -> None:
 
 
 def test_what_followed_a_refused_publish_on_its_channel_is_dropped_by_recheck() -> None:
-    conn = opened((b"x-delay",))
+    conn = opened(KEY)
     data = (publish(1, b"later", DELAYED) + publish(1, b"a") + publish(2, b"b") + publish(1, b"c")
             + method(commands.Basic.Qos(prefetch_count=1), 1) + publish(1, b"d", DELAYED)
             + method(commands.Basic.Qos(prefetch_count=1), 2))

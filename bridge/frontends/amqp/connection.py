@@ -37,6 +37,7 @@ from bridge.frontends.amqp.builders import channel_close, channel_close_ok
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
 from bridge.frontends.amqp.fastpath import (
     Found,
+    Needles,
     Screened,
     delivery_run,
     plain_run,
@@ -225,10 +226,11 @@ class ProxyConnection:
         # Told of every channel the bridge closes (its frames from the broker are dropped
         # until the broker's Close-Ok): whoever tracks the channel's deliveries forgets them.
         self.on_refused: Callable[[int], None] | None = None
-        # What makes the interception layer look at a publish, as bytes (header-table keys,
-        # destination names): a chunk holding none of them may relay its leading whole
-        # publishes without framing them (``fastpath``). None: every publish is framed.
-        self.screen_needles: tuple[bytes, ...] | None = None
+        # What makes the interception layer look at a publish, as bytes (header-table keys as
+        # on the wire, mentions of destinations: ``fastpath.Needles``): the leading whole
+        # publishes of a chunk that hold none of them are relayed without being framed
+        # (``fastpath``). None: every publish is framed.
+        self.screen_needles: Needles | None = None
         # The same for deliveries (with ``assemble_broker``): header-table keys as on the wire
         # (length octet, name); a plain delivery whose table holds none of them is given in a
         # ``DeliveryRun``.

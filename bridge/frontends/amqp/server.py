@@ -195,7 +195,7 @@ class _Link:
         # needles; another hook sees every publish.
         hook = relay.hook
         if hook is None:
-            self.conn.screen_needles = ()
+            self.conn.screen_needles = ((), ())
         elif isinstance(hook, PublishScreen):
             self.conn.screen_needles = hook.needles
         self.client_r, self.client_w = reader, writer

@@ -126,10 +126,9 @@ class PublishScreen:
         # One search for them all (a regular expression of the keys, longest first).
         self._key_search = (re.compile(b"|".join(re.escape(k) for k in sorted(
             self._keys, key=len, reverse=True))).search if self._keys else None)
-        # A chunk of client bytes holding none of these holds no publish this screen would
-        # look at (``fastpath``): a header key's name (a key of 256 bytes or more cannot be
-        # in a table, so it is never met), or a mention.
-        self.needles = tuple(n.encode() for n in sorted(self.names)) + self._mentioned
+        # What the fast path (``fastpath.plain_run``) looks for where this screen looks: a
+        # publish holding none of them is relayed without being framed.
+        self.needles = (self._keys, self._mentioned)
         self._routes: dict[str, Route] = {}
 
     def __call__(self, message: Message,
