@@ -39,6 +39,7 @@ MODULES = (
     "bridge.frontends.amqp.assembler",
     "bridge.frontends.amqp.connection",
     "bridge.frontends.amqp.translate",
+    "bridge.frontends.amqp.stamping",
     "bridge.staging.envelope",
 )
 GROUP = "bridge._native"  # the shared library: bridge/_native__mypyc.<abi>.so

@@ -8,9 +8,8 @@ interceptor asks of every delivery is found by a search of the content header's 
 properties are decoded only when a header is actually there, or when a failed delivery's copy
 needs them all.
 
-A stamped content header is the broker's bytes with one table entry spliced in at the end of
-the header table (or a table made for it): the application's own entries keep their bytes,
-their order and their integer widths.
+A stamped content header is the broker's bytes with one table entry spliced in
+(``stamping.Stamper``).
 """
 
 from __future__ import annotations
@@ -20,13 +19,12 @@ from typing import Any
 
 from adapters import amqp_types
 from bridge.frontends.amqp.assembler import DELIVER, Message
-from bridge.frontends.amqp.tables import table_entries
+from bridge.frontends.amqp.stamping import Stamper
 from bridge.frontends.amqp.translate import MODE, TABLE, headers_of
 from bridge.frontends.headers import LazyHeaders
 from bridge.intercept.views import Delivery
 
 _LONGLONG = struct.Struct(">Q")
-_HEADERS_FLAG = 0x2000
 # Headers a delivery's view never gets from its table alone (they are properties or the
 # delivery's own): asking for one decodes the properties.
 _FROM_PROPERTIES = frozenset({
@@ -115,67 +113,6 @@ def delivery_view(message: Message, channel: int, queue: str, tag: int, redelive
         message.header_frame.body_size,
         redelivered,
     )
-
-
-_ENTRIES: dict[tuple[str, str], bytes] = {}
-
-
-def _entry(name: str, value: str) -> bytes:
-    found = _ENTRIES.get((name, value))
-    if found is None:
-        found = _make_entry(name, value)
-        if len(_ENTRIES) < 1024:  # the few delivery counts seen again and again
-            _ENTRIES[(name, value)] = found
-    return found
-
-
-def _make_entry(name: str, value: str) -> bytes:
-    """A header-table entry: an integer as a signed 32-bit ``I`` (what JMS's int property is),
-    anything else as a long string."""
-    key = name.encode()
-    if value.isdigit() and int(value) < 2**31:
-        return bytes((len(key),)) + key + b"I" + int(value).to_bytes(4, "big", signed=True)
-    data = value.encode()
-    return bytes((len(key),)) + key + b"S" + len(data).to_bytes(4, "big") + data
-
-
-class Stamper:
-    """Sets the same ``headers`` in content header frames (a delivery's ``JMSXDeliveryCount``):
-    their entries written once, the frame's other bytes kept."""
-
-    __slots__ = ("added", "names", "keys")
-
-    def __init__(self, headers: tuple[tuple[str, str], ...]) -> None:
-        self.added = b"".join(_entry(n, v) for n, v in headers)
-        self.names = {n.encode() for n, _ in headers}
-        self.keys = tuple(bytes((len(n),)) + n for n in self.names)
-
-    def __call__(self, raw: bytes) -> bytes:
-        """``raw`` (a content header frame) with the headers set in its header table: an entry
-        of the same name already there is removed."""
-        flags = (raw[19] << 8) | raw[20]
-        pos = 21
-        if flags & 0x8000:  # content_type, then content_encoding: before the table
-            pos += 1 + raw[pos]
-        if flags & 0x4000:
-            pos += 1 + raw[pos]
-        added = self.added
-        if flags & _HEADERS_FLAG:
-            size = int.from_bytes(raw[pos:pos + 4], "big")
-            table = raw[pos + 4:pos + 4 + size]
-            if any(key in table for key in self.keys):  # rare: one is there already
-                names = self.names
-                table = b"".join(table[start:stop] for key, start, stop in table_entries(table)
-                                 if key not in names)
-            size_after = len(table) + len(added)
-            payload_size = len(raw) - 8 + size_after - size
-            return b"".join((raw[:3], payload_size.to_bytes(4, "big"), raw[7:pos],
-                             size_after.to_bytes(4, "big"), table, added,
-                             raw[pos + 4 + size:]))
-        payload_size = len(raw) - 8 + 4 + len(added)
-        return b"".join((raw[:3], payload_size.to_bytes(4, "big"), raw[7:19],
-                         (flags | _HEADERS_FLAG).to_bytes(2, "big"), raw[21:pos],
-                         len(added).to_bytes(4, "big"), added, raw[pos:]))
 
 
 def stamped_header(raw: bytes, headers: tuple[tuple[str, str], ...]) -> bytes:

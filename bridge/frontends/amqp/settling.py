@@ -38,14 +38,10 @@ from bridge.frontends.amqp.consumers import (
     Failure,
 )
 from bridge.frontends.amqp.copies import CopyChannel, CopyFailed
-from bridge.frontends.amqp.deliveries import (
-    Stamper,
-    delivery_fields,
-    delivery_view,
-    stamped,
-)
+from bridge.frontends.amqp.deliveries import delivery_fields, delivery_view, stamped
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
+from bridge.frontends.amqp.stamping import Stamper
 from bridge.frontends.amqp.tables import wire_keys
 from bridge.frontends.stats import RelayStats
 from bridge.intercept.chain import Chain
