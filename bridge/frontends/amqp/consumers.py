@@ -33,6 +33,7 @@ from pamqp import frame as pframe
 
 from bridge.frontends.amqp.assembler import DELIVER, Message, whole_message
 from bridge.frontends.amqp.deliveries import delivery_view
+from bridge.frontends.amqp.fastpath import Found
 from bridge.frontends.amqp.framer import Frame
 from bridge.intercept.views import Delivery, Principal, Settle, Settlement
 
@@ -82,7 +83,7 @@ DROP: Final = Drop()
 
 class Held:
     """An unsettled delivery: its view and its message. One taken by the fast path
-    (``delivered_plain``) is kept as its bytes, and its view and message made only when a
+    (``delivered_run``) is kept as its bytes, and its view and message made only when a
     failure asks for them: most deliveries are acknowledged and never need either."""
 
     __slots__ = ("_view", "_message", "_raw", "_channel", "_queue", "_tag", "_subscription")
@@ -345,16 +346,27 @@ class Consumers:
             chan.unacked[tag] = Held(view, message)
         return view
 
-    def delivered_plain(self, channel: int, consumer: bytes, tag: int, raw: bytes) -> None:
-        """``delivered`` for a delivery of a ``DeliveryRun`` (a Basic.Deliver not redelivered):
-        ``raw`` is all of its frames. Remembered, as its bytes, when it must be settled."""
-        chan = self._channels.get(channel)
-        if chan is None:
-            return  # no Consume seen on the channel: nothing to place it by
-        subscription = consumer.decode("utf-8", "replace")
-        found = chan.consumers.get(subscription)
-        if found is not None and not found[1]:
-            chan.unacked[tag] = Held(None, None, raw, channel, found[0], tag, subscription)
+    def delivered_run(self, raw: bytes, deliveries: list[Found]) -> None:
+        """``delivered`` for the deliveries of a ``DeliveryRun`` (each a Basic.Deliver not
+        redelivered, found in ``raw``): each remembered, as its bytes, when it must be settled.
+        (Its consumer is looked up once for the deliveries in a row that share it: most of a
+        run's do.)"""
+        channels = self._channels
+        last_channel, last_consumer = -1, b""
+        unacked: dict[int, Held] | None = None
+        queue = subscription = ""
+        for start, _, _, end, channel, consumer, tag in deliveries:
+            if channel != last_channel or consumer != last_consumer:
+                last_channel, last_consumer, unacked = channel, consumer, None
+                chan = channels.get(channel)
+                if chan is not None:  # (none: no Consume seen on it, nothing to place it by)
+                    subscription = consumer.decode("utf-8", "replace")
+                    found = chan.consumers.get(subscription)
+                    if found is not None and not found[1]:
+                        unacked, queue = chan.unacked, found[0]
+            if unacked is not None:
+                unacked[tag] = Held(None, None, raw[start:end], channel, queue, tag,
+                                    subscription)
 
     def broker_frame(self, frame: Frame) -> bool:
         """Note a broker method; False when the client must not see it (the answer to the

@@ -265,19 +265,15 @@ class ConsumerSide:
         settled) and stamped with the chain's decision for plain deliveries, the rest of its
         bytes as they came."""
         raw = run.raw
-        track = self.consumers.delivered_plain if self.settles else None
+        if self.settles:
+            self.consumers.delivered_run(raw, run.deliveries)
         stamp = self._plain_stamp
         if stamp is None:
-            if track is not None:
-                for start, _, _, end, channel, consumer, tag in run.deliveries:
-                    track(channel, consumer, tag, raw[start:end])
             return raw
         parts: list[bytes | memoryview] = []
         view = memoryview(raw)
         at = 0  # what is between two deliveries (confirms) goes as it came
-        for start, header_at, body_at, end, channel, consumer, tag in run.deliveries:
-            if track is not None:
-                track(channel, consumer, tag, raw[start:end])
+        for _, header_at, body_at, _, _, _, _ in run.deliveries:
             parts += (view[at:header_at], stamp(raw[header_at:body_at]))
             at = body_at
         parts.append(view[at:])
