@@ -31,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 
 MODULES = (
+    "bridge.frontends.amqp.octets",
     "bridge.frontends.amqp.framer",
     "bridge.frontends.amqp.fastpath",
     "bridge.frontends.amqp.tables",

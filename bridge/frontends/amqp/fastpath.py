@@ -29,11 +29,12 @@ for all of them: ``Chain.plain_delivery``) and its tag remembered until it is se
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Container
 from typing import Final
 
 from pamqp import commands
+
+from bridge.frontends.amqp.octets import u16, u32, u64
 
 FRAME_END: Final = 0xCE
 _BASIC: Final = commands.Basic.frame_id
@@ -41,7 +42,6 @@ _BASIC: Final = commands.Basic.frame_id
 _PUBLISH_ID: Final = commands.Basic.Publish.frame_id
 _DELIVER_ID: Final = commands.Basic.Deliver.frame_id
 _ACK_ID: Final = commands.Basic.Ack.frame_id
-_HEAD = struct.Struct(">BHI")
 
 
 # What makes the screen look at a publish, as bytes: header-table keys as they are on the wire
@@ -74,8 +74,8 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
         start = pos
         if pos + 7 > size_of:
             break
-        channel = data[pos + 1] << 8 | data[pos + 2]
-        size = _u32(data, pos + 3)
+        channel = u16(data, pos + 1)
+        size = u32(data, pos + 3)
         end = pos + size + 8
         if data[pos] != 1 or channel == 0 or channel == no_own or size < 9 or size + 8 > limit:
             return done, count, False, screened
@@ -90,14 +90,14 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
         header_at = pos = end
         if pos + 7 > size_of:
             break
-        size = _u32(data, pos + 3)
+        size = u32(data, pos + 3)
         end = pos + size + 8
-        if (data[pos] != 2 or (data[pos + 1] << 8 | data[pos + 2]) != channel or size < 14
+        if (data[pos] != 2 or u16(data, pos + 1) != channel or size < 14
                 or size + 8 > limit):
             return done, count, False, screened
         if end > size_of:
             break
-        body_size = _u32(data, pos + 11) << 32 | _u32(data, pos + 15)  # (size >= 14)
+        body_size = u64(data, pos + 11)  # (size >= 14)
         if (data[end - 1] != FRAME_END or data[pos + 7] != 0 or data[pos + 8] != _BASIC
                 or body_size > max_body):
             return done, count, False, screened
@@ -106,9 +106,9 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
         while got < body_size:
             if pos + 7 > size_of:
                 break
-            size = _u32(data, pos + 3)
+            size = u32(data, pos + 3)
             end = pos + size + 8
-            if (data[pos] != 3 or (data[pos + 1] << 8 | data[pos + 2]) != channel
+            if (data[pos] != 3 or u16(data, pos + 1) != channel
                     or size + 8 > limit or got + size > body_size):
                 return done, count, False, screened
             if end > size_of:
@@ -135,16 +135,11 @@ def _holds(data: bytes, needles: tuple[bytes, ...], start: int, end: int) -> boo
     return False
 
 
-def _u32(data: bytes, at: int) -> int:
-    """The unsigned 32-bit big-endian integer at ``at``."""
-    return data[at] << 24 | data[at + 1] << 16 | data[at + 2] << 8 | data[at + 3]
-
-
 def _frames(data: bytes, pos: int, end: int) -> list[tuple[int, int]]:
     """(start, end) of each frame from ``pos`` to ``end`` (a checked run's body frames)."""
     out = []
     while pos < end:
-        after = pos + _HEAD.unpack_from(data, pos)[2] + 8
+        after = pos + u32(data, pos + 3) + 8
         out.append((pos, after))
         pos = after
     return out
@@ -153,15 +148,13 @@ def _frames(data: bytes, pos: int, end: int) -> list[tuple[int, int]]:
 def without_channels(raw: bytes, channels: Container[int]) -> tuple[bytes, int]:
     """A run's bytes without its frames on ``channels`` (closed by the bridge after the run was
     found), and how many publishes are left in it."""
-    head = _HEAD.unpack_from
     parts: list[bytes] = []
     pos = count = 0
     while pos < len(raw):
-        kind, channel, size = head(raw, pos)
-        end = pos + size + 8
-        if channel not in channels:
+        end = pos + u32(raw, pos + 3) + 8
+        if u16(raw, pos + 1) not in channels:
             parts.append(raw[pos:end])
-            count += kind == 1
+            count += raw[pos] == 1
         pos = end
     return b"".join(parts), count
 
@@ -190,8 +183,8 @@ def delivery_run(data: bytes, own: int | None,
         start = pos
         if pos + 7 > size_of:
             break
-        channel = data[pos + 1] << 8 | data[pos + 2]
-        size = _u32(data, pos + 3)
+        channel = u16(data, pos + 1)
+        size = u32(data, pos + 3)
         end = pos + size + 8
         if data[pos] != 1 or channel == 0 or channel == no_own or size < 13:
             return done, found, confirms, False
@@ -199,7 +192,7 @@ def delivery_run(data: bytes, own: int | None,
             break
         if data[end - 1] != FRAME_END or data[pos + 7] != 0 or data[pos + 8] != _BASIC:
             return done, found, confirms, False
-        method = data[pos + 9] << 8 | data[pos + 10]
+        method = u16(data, pos + 9)
         if method == _ACK_ID and size == 13:  # a publisher confirm: delivery tag, multiple bit
             confirms += 1
             done = pos = end
@@ -215,19 +208,19 @@ def delivery_run(data: bytes, own: int | None,
                 or key_at + 1 + data[key_at] != end - 1):
             return done, found, confirms, False  # redelivered, or not the plain layout
         consumer = data[pos + 12:at]
-        tag = _u32(data, at) << 32 | _u32(data, at + 4)
+        tag = u64(data, at)
         header_at = pos = end
         if pos + 7 > size_of:
             break
-        size = _u32(data, pos + 3)
+        size = u32(data, pos + 3)
         end = pos + size + 8
-        if data[pos] != 2 or (data[pos + 1] << 8 | data[pos + 2]) != channel or size < 14:
+        if data[pos] != 2 or u16(data, pos + 1) != channel or size < 14:
             return done, found, confirms, False
         if end > size_of:
             break
         if data[end - 1] != FRAME_END or data[pos + 7] != 0 or data[pos + 8] != _BASIC:
             return done, found, confirms, False
-        body_size = _u32(data, pos + 11) << 32 | _u32(data, pos + 15)  # (size >= 14)
+        body_size = u64(data, pos + 11)  # (size >= 14)
         if keys and data[pos + 19] & 0x20:  # a header table: none of its keys may be one
             if _holds(data, keys, pos + 21, end):
                 return done, found, confirms, False
@@ -236,9 +229,9 @@ def delivery_run(data: bytes, own: int | None,
         while got < body_size:
             if pos + 7 > size_of:
                 break
-            size = _u32(data, pos + 3)
+            size = u32(data, pos + 3)
             end = pos + size + 8
-            if (data[pos] != 3 or (data[pos + 1] << 8 | data[pos + 2]) != channel
+            if (data[pos] != 3 or u16(data, pos + 1) != channel
                     or got + size > body_size):
                 return done, found, confirms, False
             if end > size_of:

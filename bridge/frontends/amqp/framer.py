@@ -11,7 +11,6 @@ joined, so a large frame arriving in small pieces costs linear time, not quadrat
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Final
 
 from pamqp import base, commands
@@ -20,6 +19,7 @@ from pamqp import header as pheader
 
 from bridge.frontends.amqp.builders import FRAME_OVERHEAD, PROTOCOL_HEADER
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
+from bridge.frontends.amqp.octets import u16, u32, u64
 from bridge.frontends.amqp.properties import read_content_header, read_values
 from bridge.frontends.amqp.tables import check_method, check_properties
 
@@ -35,8 +35,6 @@ FRAME_MIN_SIZE: Final = 4096
 # The cap on a frame when frame_max is agreed as 0 ("no limit"): RabbitMQ's largest message.
 MAX_BODY_SIZE: Final = 128 * 1024 * 1024
 
-_HEAD = struct.Struct(">BHI")
-_CONTENT = struct.Struct(">HHQ")
 
 
 class NeedData:
@@ -94,7 +92,7 @@ class Frame:
     @property
     def method_index(self) -> int:
         """(class id << 16) | method id of a method frame, without decoding its arguments."""
-        return int.from_bytes(self.raw[7:11], "big")
+        return u32(self.raw, 7)
 
     @property
     def method(self) -> base.Frame:
@@ -109,11 +107,11 @@ class Frame:
     @property
     def body_size(self) -> int:
         """A content header's declared body size, read without decoding the properties."""
-        return int(_CONTENT.unpack_from(self.raw, 7)[2])
+        return u64(self.raw, 11)
 
     @property
     def content_class(self) -> int:
-        return int(_CONTENT.unpack_from(self.raw, 7)[0])
+        return u16(self.raw, 7)
 
     @property
     def content_header(self) -> pheader.ContentHeader:
@@ -305,7 +303,7 @@ class Framer:
         if avail < 7:
             self._need = 7
             return NEED_DATA
-        frame_type, channel, size = _HEAD.unpack_from(data, pos)
+        frame_type, channel, size = data[pos], u16(data, pos + 1), u32(data, pos + 3)
         if frame_type not in FRAME_TYPES:
             raise AmqpProtocolError(
                 ReplyCode.FRAME_ERROR,

@@ -17,6 +17,7 @@ from typing import Any, Final
 from pamqp import commands, decode
 from pamqp import header as pheader
 
+from bridge.frontends.amqp.octets import u16, u64
 from bridge.frontends.amqp.tables import encode_table
 
 # Basic's properties in their wire order: flag bit and type (s: shortstr, o: octet, t: field
@@ -28,8 +29,7 @@ _LAYOUT: Final = tuple(
     for name in commands.Basic.Properties.__slots__
 )
 _HEAD: Final = struct.Struct(">HHQH")  # class id, weight, body size, property flags
-_STAMP: Final = struct.Struct(">Q")
-_FLAGS: Final = struct.Struct(">H")
+_BASIC_CLASS: Final = commands.Basic.frame_id.to_bytes(2, "big") + bytes(2)  # and weight 0
 
 
 def header_frame(channel: int, body_size: int, values: Sequence[Any]) -> bytes:
@@ -56,10 +56,14 @@ def header_frame(channel: int, body_size: int, values: Sequence[Any]) -> bytes:
         elif kind == "o":
             parts.append(bytes((value,)))  # ValueError outside 0-255
         else:
-            parts.append(_STAMP.pack(value))
-    payload = _HEAD.pack(commands.Basic.frame_id, 0, body_size, flags) + b"".join(parts)
-    return b"".join((b"\x02", channel.to_bytes(2, "big"), len(payload).to_bytes(4, "big"),
-                     payload, b"\xce"))
+            if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+                raise ValueError(f"a timestamp outside 0 to 2**64-1 ({value})")
+            parts.append(value.to_bytes(8, "big"))
+    properties = b"".join(parts)
+    return b"".join((b"\x02", channel.to_bytes(2, "big"),
+                     (len(properties) + _HEAD.size).to_bytes(4, "big"), _BASIC_CLASS,
+                     body_size.to_bytes(8, "big"), flags.to_bytes(2, "big"), properties,
+                     b"\xce"))
 
 
 _LENGTHS: Final = tuple(bytes((n,)) for n in range(256))
@@ -88,7 +92,7 @@ def read_values(payload: bytes) -> list[Any]:
     a timestamp as the integer on the wire, a table as pamqp decodes it). The caller has
     checked its bounds (``tables.check_properties``); a short string that is not UTF-8 raises
     UnicodeDecodeError, as in pamqp's reader."""
-    flags = _FLAGS.unpack_from(payload, 12)[0]
+    flags = u16(payload, 12)
     values: list[Any] = [None] * len(_LAYOUT)
     if not flags:
         return values
@@ -104,7 +108,7 @@ def read_values(payload: bytes) -> list[Any]:
             values[i] = payload[pos]
             pos += 1
         elif kind == "T":
-            values[i] = _STAMP.unpack_from(payload, pos)[0]
+            values[i] = u64(payload, pos)
             pos += 8
         else:
             used, values[i] = decode.field_table(payload[pos:])

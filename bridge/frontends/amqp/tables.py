@@ -18,6 +18,8 @@ from typing import Any, Final
 
 from pamqp import commands
 
+from bridge.frontends.amqp.octets import u16, u32
+
 MAX_FIELDS: Final = 1000  # table and array entries per frame, all levels together
 MAX_DEPTH: Final = 32
 
@@ -51,7 +53,7 @@ class _Walk:
             self.need(pos, 1, kind)
             return self.need(pos + 1, self.data[pos], kind)
         self.need(pos, 4, kind)
-        length = _LONG.unpack_from(self.data, pos)[0]
+        length = u32(self.data, pos)
         end = self.need(pos + 4, length, kind)
         if kind == "table":
             self.table(pos + 4, end, 0)
@@ -85,7 +87,7 @@ class _Walk:
                 raise ValueError(f"unknown field type {bytes([kind])!r}")
             if pos + 4 > end:
                 raise ValueError("field length runs past its table")
-            stop = pos + 4 + _LONG.unpack_from(self.data, pos)[0]
+            stop = pos + 4 + u32(self.data, pos)
             if stop <= end and kind in b"AF":
                 if depth >= MAX_DEPTH:
                     raise ValueError(f"tables nested deeper than {MAX_DEPTH}")
@@ -116,16 +118,22 @@ def check_properties(payload: bytes) -> None:
     walk = _Walk(payload)
     pos = walk.need(0, 12, "content header")
     walk.need(pos, 2, "property flags")
-    flags = int.from_bytes(payload[pos : pos + 2], "big")
+    flags = u16(payload, pos)
     pos += 2
     if flags & 1:
         # Basic's 14 properties fit one flag word; pamqp reads a continued one again and
         # again without moving on, for ever.
         raise ValueError("property flags continue past the first word; Basic has one")
-    props = commands.Basic.Properties
-    for name in props.__slots__:
-        if flags & props.flags[name]:
-            pos = walk.value(pos, getattr(props, "_" + name))
+    for flag, kind in _PROPERTIES:
+        if flags & flag:
+            pos = walk.value(pos, kind)
+
+
+# Basic's properties in their wire order: flag bit and pamqp's type name.
+_PROPERTIES: Final = tuple(
+    (commands.Basic.Properties.flags[name], getattr(commands.Basic.Properties, "_" + name))
+    for name in commands.Basic.Properties.__slots__
+)
 
 
 def table_entries(table: bytes) -> list[tuple[bytes, int, int]]:
@@ -156,11 +164,11 @@ def encode_table(table: dict[str, Any]) -> bytes:
                 keys[name] = key
         if type(value) is str:  # most entries (every STOMP header): written here
             raw = value.encode()
-            parts += (key, b"S", _LONG.pack(len(raw)), raw)
+            parts += (key, b"S", len(raw).to_bytes(4, "big"), raw)
         else:
             parts += (key, _field_value(value))
     body = b"".join(parts)
-    return _LONG.pack(len(body)) + body
+    return len(body).to_bytes(4, "big") + body
 
 
 _KEYS: dict[str, bytes] = {}
