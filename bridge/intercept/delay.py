@@ -51,6 +51,10 @@ class DelayInterceptor(Interceptor):
         self.targets = targets
         self._drop = config.delay_header_names()
         self.interest = Interest(send_headers=frozenset(self._drop))
+        # Made once each (one is needed for every delayed send): the target checks' keys, by
+        # who sends to where, and the staging levels' destinations, by queue.
+        self._keys: dict[tuple[str | None, str | None, str, str | None], TargetKey] = {}
+        self._staging: dict[str, str] = {}
 
     def on_send(self, send: Send) -> Decision:
         try:
@@ -91,7 +95,13 @@ class DelayInterceptor(Interceptor):
                 )
         if self.targets is not None:
             who = send.principal
-            key = TargetKey(who.login, who.vhost, destination, who.passcode)
+            found = (who.login, who.vhost, destination, who.passcode)
+            key = self._keys.get(found)
+            if key is None:
+                key = TargetKey(*found)
+                if len(self._keys) >= 4096:  # many users times many targets: start again
+                    self._keys.clear()
+                self._keys[found] = key
             verdict = self.targets.verdict(key)
             if isinstance(verdict, Unknown):
                 targets = self.targets
@@ -106,7 +116,9 @@ class DelayInterceptor(Interceptor):
                     f"this one has {send.body_size}",
                 )
         queue = self.layout.queue_for(delayed.due_ms - now)
-        staging = fmt.client_destination(queue)
+        staging = self._staging.get(queue)
+        if staging is None:  # (the layout's few queues)
+            staging = self._staging[queue] = fmt.client_destination(queue)
         staged = staged_headers(
             headers,
             fmt,
