@@ -41,6 +41,7 @@ MODULES = (
     "bridge.frontends.amqp.connection",
     "bridge.frontends.amqp.translate",
     "bridge.frontends.amqp.stamping",
+    "bridge.frontends.amqp.consumers",
     "bridge.staging.envelope",
 )
 GROUP = "bridge._native"  # the shared library: bridge/_native__mypyc.<abi>.so
