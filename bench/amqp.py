@@ -7,8 +7,10 @@ then, through the bridge, delayed publishes (``x-delay`` of an hour, each staged
 plain ones (``--rounds`` pairs, every other one delayed first; the median of their ratios is
 the one against the goal), and, for reference, what RabbitMQ alone does with publishes shaped
 like staged copies (a new message id, a correlation id, the envelope's header table) against
-plain ones, direct; the ratios against the goals; and the bridge's CPU time per message and
-peak RSS.
+plain ones, direct; the ratios against the goals; the bridge's CPU time per message and peak
+RSS; and, for those plain and delayed publishes and the broker alone, where a message's CPU
+went (the bridge, the broker when it listens on this machine, this client) against its wall
+time: how many of the machine's cores the path kept busy.
 
 The client is a minimal AMQP client on asyncio and pamqp that writes pre-built frames and
 counts the broker's acks and deliveries from their bytes: its own cost per message is a few
