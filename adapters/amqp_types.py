@@ -104,7 +104,7 @@ def decode(text: str) -> tuple[dict[str, Any], int | None] | None:
         raw = base64.b64decode(text.encode(), validate=True)
         outer, _ = pdata.decode_table(raw, 0)
     except (binascii.Error, ValueError, TypeError, IndexError, KeyError, UnicodeError,
-            pexceptions.InvalidFieldTypeException):
+            struct.error, pexceptions.InvalidFieldTypeException):
         return None
     table = outer.get(_HEADERS)
     mode = outer.get(_DELIVERY_MODE)

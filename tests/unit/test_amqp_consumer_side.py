@@ -220,6 +220,15 @@ def test_only_tables_a_stomp_view_would_change_carry_their_types() -> None:
     assert amqp_types.decode("not base64!") is None
 
 
+def test_a_types_header_that_is_not_a_table_reads_as_none_not_an_error() -> None:
+    """A client may send a header of that name itself: what is not a base64 table (empty, too
+    short for a table's length, not base64) is ignored, never a traceback on release."""
+    for text in ("", "AAA=", "AAAAAA==", "QUJD", "1", "not base64!"):
+        assert amqp_types.decode(text) is None, text
+    headers = {"persistent": "1", amqp_types.TYPES_HEADER: "AAA="}
+    assert amqp_properties(headers).delivery_mode is None
+
+
 def test_content_frames_write_negative_integers_and_doubles_that_pamqp_reads_back() -> None:
     from bridge.frontends.amqp.builders import content_frames
 
