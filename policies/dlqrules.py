@@ -247,7 +247,8 @@ def _rule(
     if "RETRY" in pairs:
         if action != "RETRY":
             raise ConfigError(f"{where}: RETRY(n) is only for ACTION(RETRY)")
-        if not pairs["RETRY"].isdigit() or not 1 <= int(pairs["RETRY"]) <= 999_999_999:
+        retries = pairs["RETRY"]
+        if not (retries.isascii() and retries.isdigit()) or not 1 <= int(retries) <= 999_999_999:
             raise ConfigError(f"{where}: RETRY must be a whole number from 1 to 999999999, "
                               f"not {pairs['RETRY']!r}")
         retry = int(pairs["RETRY"])

@@ -84,7 +84,7 @@ def _whole(value: object, what: str, top: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ConfigError(f"{what}: expected a whole number from 0 to {top}, got {value!r}")
     text = str(value).strip()
-    if not text.isdigit() or int(text) > top:
+    if not (text.isascii() and text.isdigit()) or int(text) > top:
         raise ConfigError(f"{what}: expected a whole number from 0 to {top}, got {value!r}")
     return int(text)
 

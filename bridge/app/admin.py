@@ -127,7 +127,7 @@ class Admin:
         upto = request.query.get("upto")
         if not destination:
             return web.json_response({"error": "destination is required"}, status=400)
-        if upto is not None and not (upto.isdigit() and 1 <= int(upto) <= 1000):
+        if upto is not None and not (upto.isascii() and upto.isdigit() and 1 <= int(upto) <= 1000):
             return web.json_response({"error": "upto: expected 1 to 1000"}, status=400)
         report = policy_report(self.redelivery, destination, user=request.query.get("user"),
                                upto=int(upto) if upto else None)

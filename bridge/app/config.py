@@ -104,7 +104,7 @@ SETTING_NAMES: tuple[str, ...] = tuple(_flag(f.name) for f in fields(Settings))
 
 def parse_hostport(value: str, what: str) -> Endpoint:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
     return Endpoint(host.strip("[]"), int(port))
 
@@ -226,7 +226,7 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return _names(value, what)
     if name == "staging-level-prefetch":
         text = str(value).strip()
-        if not text.isdigit() or not 1 <= int(text) <= 65535:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
             raise ConfigError(f"{what}: expected a whole number from 1 to 65535, got {value!r}")
         return int(text)
     if name == "handshake-timeout":
@@ -254,7 +254,7 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return seconds
     if name in ("max-connections", "max-connections-per-address"):
         text = str(value).strip()
-        if not text.isdigit() or not 1 <= int(text) <= 1_000_000:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1_000_000:
             raise ConfigError(f"{what}: expected a whole number from 1 to 1000000, got {value!r}")
         return int(text)
     if name == "undelivered-queue":

@@ -74,7 +74,7 @@ class DeadLetterRoutes:
         text = request.query.get("limit")
         if text is None:
             return None
-        if not text.isdigit() or int(text) < 1:
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
             raise ConfigError(f"limit: expected a whole number of at least 1, got {text!r}")
         return int(text)
 

@@ -53,9 +53,9 @@ def delivery_count(headers: Mapping[str, str]) -> int:
     """JMSXDeliveryCount of a delivery: 1 on the first, counted from the copy's own header and
     the broker's redelivery signals."""
     own = headers.get(envelope.DELIVERY_COUNT, "0")
-    before = int(own) if own.isdigit() else 0
+    before = int(own) if own.isascii() and own.isdigit() else 0
     by_broker = headers.get("x-delivery-count", "")
-    if by_broker.isdigit():
+    if by_broker.isascii() and by_broker.isdigit():
         return before + 1 + int(by_broker)
     return before + 1 + (headers.get("redelivered") == "true")
 
@@ -159,7 +159,8 @@ class RedeliveryInterceptor(Interceptor):
         queue = self.layout.queue_for(due_ms - now)
         staging = self.fmt.client_destination(queue)
         expires = headers.get("expires", "")
-        expires_ms = int(expires) if expires.isdigit() and int(expires) > 0 else None
+        expires_ms = (int(expires) if expires.isascii() and expires.isdigit() and int(expires) > 0
+                      else None)
         staged = envelope.staged_headers(
             headers.items(), self.fmt, target=d.destination, staging_destination=staging,
             due_ms=due_ms, sent_ms=now, expires_ms=expires_ms, drop=(),

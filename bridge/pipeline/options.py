@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 def parse_time(value: str) -> int:
     """Epoch ms, or an ISO 8601 date or time (UTC unless it says otherwise)."""
     text = value.strip()
-    if text.lstrip("-").isdigit():
+    if text.isascii() and text.lstrip("-").isdigit():
         return int(text)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -168,7 +168,8 @@ class Settling:
         staged = w.staged
         assert staged is not None
         headers = w.move.held.message.headers
-        kept = int(headers.get(KEPT, "0")) + 1 if headers.get(KEPT, "0").isdigit() else 1
+        text = headers.get(KEPT, "0")
+        kept = int(text) + 1 if text.isascii() and text.isdigit() else 1
         interval = max(self.failures.retry_for(staged.target).interval_ms, 1)
         wait_ms = backoff_ms(kept, initial_ms=interval, max_ms=max(interval, KEEP_MAX_MS))
         return self._restage(w, WorkKind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},

@@ -76,7 +76,7 @@ def retry_wait_ms(retry: MessageRetry, refused: PutRefused, attempts: int) -> in
 def attempts_of(headers: dict[str, str]) -> int:
     """Puts of this message its target has refused before (0 on its first release)."""
     text = headers.get(RETRIES, "0")
-    return int(text) + 1 if text.isdigit() else 1
+    return int(text) + 1 if text.isascii() and text.isdigit() else 1
 
 
 @dataclass(slots=True)

@@ -79,7 +79,8 @@ class Layout:
         """The dwell in ms of a level queue; None for the ready queue or a foreign name."""
         head, _, name = queue.rpartition(".L")
         k, _, m = name.partition("x")
-        if head != self.prefix or not k.isdigit() or not (m.isdigit() or name == k):
+        if (head != self.prefix or not name.isascii() or not k.isdigit()
+                or not (m.isdigit() or name == k)):
             return None
         dwell = (int(m) if m else 1) << int(k)
         return dwell if dwell in self.dwells and self.level_of(dwell) == queue else None

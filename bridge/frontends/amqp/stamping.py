@@ -30,7 +30,7 @@ def _make_entry(name: str, value: str) -> bytes:
     """A header-table entry: an integer as a signed 32-bit ``I`` (what JMS's int property is),
     anything else as a long string."""
     key = name.encode()
-    if value.isdigit() and int(value) < 2**31:
+    if value.isascii() and value.isdigit() and int(value) < 2**31:
         return bytes((len(key),)) + key + b"I" + int(value).to_bytes(4, "big", signed=True)
     data = value.encode()
     return bytes((len(key),)) + key + b"S" + len(data).to_bytes(4, "big") + data
