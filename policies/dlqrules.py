@@ -22,6 +22,7 @@ it; ``ACTION(IGNORE)`` leaves it where it is. Every error names the line.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -215,7 +216,7 @@ def _control(pairs: dict[str, str], where: str) -> Control:
             interval = float(pairs["RETRYINT"])
         except ValueError:
             interval = -1
-        if interval < 0:
+        if not math.isfinite(interval) or interval < 0:  # (float() takes "nan" and "inf")
             raise ConfigError(f"{where}: RETRYINT must be a number of seconds, "
                               f"not {pairs['RETRYINT']!r}")
     wait = pairs.get("WAIT", "YES").upper()

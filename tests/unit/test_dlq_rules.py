@@ -72,6 +72,8 @@ def test_wildcards_match_the_name_or_the_destination() -> None:
     ("ACTION(DISCARD) RETRY(2)", 1, "only for ACTION(RETRY)"),
     ("ACTION(RETRY) RETRY(0)", 1, "RETRY must be"),
     ("ACTION(RETRY) RETRY(x)", 1, "RETRY must be"),
+    ("INPUTQ(q) RETRYINT(nan)\nACTION(DISCARD)", 1, "RETRYINT must be"),
+    ("INPUTQ(q) RETRYINT(inf)\nACTION(DISCARD)", 1, "RETRYINT must be"),
     ("ACTION(DISCARD) PERSIST(maybe)", 1, "PERSIST must be"),
     ("ACTION(DISCARD)\nSELECTOR('JMSPriority >> 4') ACTION(DISCARD)", 2, "column"),
     ("ACTION(DISCARD) BOGUS(1)", 1, "unknown keyword BOGUS"),
