@@ -18,17 +18,17 @@ microseconds, so the figures are the paths', not pika's. The do-nothing relay co
 ways with no parsing (the cost of the extra hop alone); ``--paths frontend`` adds the AMQP
 front-end with no interceptors. Each relay and the bridge run in a process of their own; the
 bridge with a staging prefix of its own and its engine off, so the delayed publishes wait on
-staging queues that are deleted at the end. Those staging queues are as the README recommends
-for RabbitMQ 3.10-3.12, lazy and of classic queue version 2, by a policy of the run's own (put
-through the management API, removed at the end; ``--staging-queues default`` leaves them as the
-bridge declares them, with no policy), and the broker-alone reference puts its staged-shaped
-publishes on a queue declared the same way. Queue names start with ``bench-amqp-``, not the
-test suite's ``jbt-`` (a test session deletes every ``jbt-`` queue when it ends).
+staging queues that are deleted at the end. The bridge declares those lazy and of classic queue
+version 2 (``--staging-queues as-before`` declares them first with no arguments, as bridges
+before session 20 left them, and the bridge uses them so: held in memory), and the broker-alone
+reference puts its staged-shaped publishes on a queue declared the same way. Queue names start
+with ``bench-amqp-``, not the test suite's ``jbt-`` (a test session deletes every ``jbt-``
+queue when it ends).
 
 Usage:
     .venv/bin/python bench/amqp.py                            # the issue's run: 100,000, once
     .venv/bin/python bench/amqp.py --count 30000 --rounds 3   # medians of three shorter rounds
-    .venv/bin/python bench/amqp.py --staging-queues default   # staging queues with no policy
+    .venv/bin/python bench/amqp.py --staging-queues as-before # staging queues held in memory
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.error
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +57,7 @@ from pamqp import header as pheader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from adapters.rabbitmq import CLASSIC_ARGUMENTS  # noqa: E402
 from bridge import compiled  # noqa: E402
 from bridge.frontends.amqp.framer import Framer  # noqa: E402
 
@@ -441,7 +441,7 @@ async def broker_alone(args: argparse.Namespace) -> dict[str, float]:
         await client.open()
         staged = kind == "staged-shaped"  # on a queue like the staging queues
         client.send(commands.Queue.Declare(queue=queue, durable=True, arguments=(
-            STAGING_ARGUMENTS if staged and args.staging_queues == "recommended" else None)))
+            CLASSIC_ARGUMENTS if staged and args.staging_queues == "declared" else None)))
         await client.expect(commands.Queue.DeclareOk)
         props = staged_shape(queue) if staged else None
         before = meter.now()
@@ -453,54 +453,36 @@ async def broker_alone(args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
-# The README's recommendation for staging queues on RabbitMQ 3.10-3.12 ("Operating it"): lazy,
-# classic queue version 2. RabbitMQ then keeps a staged copy's properties off the queue's heap,
-# which makes staged copies cost it no more than plain messages (classic queues of version 1 in
-# memory: about 8 CPU µs more a staged copy, and confirms that stall while the heap is copied).
-STAGING_POLICY = {"queue-mode": "lazy", "queue-version": 2}
-STAGING_ARGUMENTS = {"x-queue-mode": "lazy", "x-queue-version": 2}
-STAGING_SHOWN = {"recommended": "lazy, version 2 (the README's policy)",
-                 "default": "as the bridge declares them (no policy)"}
+STAGING_SHOWN = {"declared": "as the bridge declares them (lazy, classic queue version 2)",
+                 "as-before": "declared first with no arguments, as bridges before left them "
+                              "(held in memory)"}
 
 
-def staging_policy(name: str, prefix: str | None) -> None:
-    """Put (``prefix``) or remove (None) this run's own policy on its staging queues, by the
-    management API."""
-    from scale_common import _management  # (bench/: the scale benches' helper)
+def declare_as_before(args: argparse.Namespace, prefix: str) -> None:
+    """The staging queues declared with no arguments before the bridge starts: it uses them as
+    they are (``adapters.rabbitmq``), as it does queues an earlier bridge made."""
+    import pika
 
-    if prefix is None:
-        try:
-            _management(argparse.Namespace(), f"/policies/%2F/{name}", "DELETE")
-        except urllib.error.HTTPError as exc:
-            if exc.code != 404:
-                raise
-        return
-    pattern = "^" + re.escape(prefix) + "\\."
-    _management(argparse.Namespace(), f"/policies/%2F/{name}", "PUT", {
-        "pattern": pattern, "definition": STAGING_POLICY, "priority": 10, "apply-to": "queues"})
+    from adapters.rabbitmq import FORMAT
+    from bridge.staging.levels import layout_for
+
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", args.amqp_port))
+    channel = conn.channel()
+    for queue in layout_for(FORMAT, prefix).all_queues:
+        channel.queue_declare(queue, durable=True)
+    conn.close()
 
 
-def staging_settings(prefix: str, wait_s: float = 0.0) -> dict[str, dict[str, Any]]:
-    """What RabbitMQ's management API says of each staging queue: the policy in force and its
-    definition, its mode and version. The API learns them from the broker's statistics (every
-    5 s): with ``wait_s``, asked again until every queue has a policy or that time is up."""
+def staging_settings(prefix: str) -> dict[str, dict[str, Any]]:
+    """The arguments of each staging queue, as RabbitMQ's management API gives them."""
     from scale_common import _management
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            rows = _management(argparse.Namespace(), "/queues/%2F?columns=name,policy,"
-                               "effective_policy_definition,backing_queue_status")
-        except (OSError, ValueError) as exc:
-            return {"error": {"management API": str(exc)}}
-        found = {r["name"]: {"policy": r.get("policy"),
-                             "definition": r.get("effective_policy_definition"),
-                             "mode": (r.get("backing_queue_status") or {}).get("mode"),
-                             "version": (r.get("backing_queue_status") or {}).get("version")}
-                 for r in rows if r["name"].startswith(prefix + ".")}
-        if all(q["policy"] for q in found.values()) or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.5)
+    try:
+        rows = _management(argparse.Namespace(), "/queues/%2F?columns=name,arguments")
+    except (OSError, ValueError) as exc:
+        return {"error": {"management API": str(exc)}}
+    return {r["name"]: r.get("arguments") or {} for r in rows
+            if r["name"].startswith(prefix + ".")}
 
 
 def purge_staging(args: argparse.Namespace, prefix: str) -> int:
@@ -537,11 +519,11 @@ def main() -> int:
     parser.add_argument("--paths", default="direct,relay,bridge",
                         type=lambda s: [p for p in s.split(",") if p])
     parser.add_argument("--no-delayed", dest="delayed", action="store_false")
-    parser.add_argument("--staging-queues", choices=("recommended", "default"),
-                        default="recommended",
-                        help="RabbitMQ: the staging queues as the README recommends (a policy of "
-                             "the run's own: queue-mode lazy, queue-version 2), or as the bridge "
-                             "declares them with no policy")
+    parser.add_argument("--staging-queues", choices=("declared", "as-before"),
+                        default="declared",
+                        help="RabbitMQ: the staging queues as the bridge declares them (lazy, "
+                             "classic queue version 2), or declared first with no arguments, as "
+                             "bridges before session 20 left them (held in memory)")
     parser.add_argument("--amqp-port", type=int, default=5672)
     parser.add_argument("--stomp-port", type=int, default=61613)
     parser.add_argument("--json", help="also write the figures here")
@@ -550,9 +532,8 @@ def main() -> int:
         if path not in PATHS:
             parser.error(f"--paths: {path!r} is not one of {', '.join(PATHS)}")
     prefix = f"bench-amqp-staging-{uuid.uuid4().hex[:8]}"
-    policy = f"bench-amqp-{prefix}" if args.staging_queues == "recommended" else None
-    if policy is not None:
-        staging_policy(policy, prefix)
+    if args.staging_queues == "as-before":
+        declare_as_before(args, prefix)
     print(f"staging queues: {STAGING_SHOWN[args.staging_queues]}", flush=True)
     procs = start(args, prefix)
     results: dict[str, list[dict[str, float]]] = {p: [] for p in args.paths}
@@ -594,11 +575,9 @@ def main() -> int:
             p.stop()
         # The bridge declares its staging queues whether or not anything was delayed.
         if "bridge" in procs and args.delayed:
-            report["staging_queues"] = staging_settings(prefix, 10.0 if policy else 0.0)
+            report["staging_queues"] = staging_settings(prefix)
         purged = purge_staging(args, prefix) if "bridge" in procs else 0
         report["staged_purged"] = purged if args.delayed else 0
-        if policy is not None:
-            staging_policy(policy, None)
 
     print(f"\n{args.count:,} messages of {args.size} B, confirms window {args.window}, "
           f"prefetch {args.prefetch}, {args.rounds} round(s) (medians)")
@@ -624,9 +603,8 @@ def main() -> int:
             print("  " + budget(f"{kind} through the bridge", delayed, kind))
     held = report.get("staging_queues")
     if held and "error" not in held:
-        ruled = sum(1 for q in held.values() if q["definition"] == STAGING_POLICY)
-        print(f"  staging queues: {len(held)}, {ruled} of them lazy and of version 2 by the "
-              "run's policy")
+        lazy = sum(1 for q in held.values() if q == CLASSIC_ARGUMENTS)
+        print(f"  staging queues: {len(held)}, {lazy} of them declared lazy and of version 2")
     alone = report.get("broker_alone")
     if alone is not None:
         print(f"  the broker alone (direct, durable queues; staged-shaped ones on a queue "

@@ -532,6 +532,27 @@ def test_rabbitmq_queue_target_is_declared_like_the_plugin_and_tolerates_other_a
     assert [m.body for m in adapter.browse(queue)] == [b"one", b"two"]
 
 
+@only("rabbitmq")
+def test_rabbitmq_classic_staging_queues_are_lazy_and_of_version_2_or_used_as_an_earlier_bridge_left_them(  # noqa: E501
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    from adapters.rabbitmq import CLASSIC_ARGUMENTS
+
+    new, earlier = names(), names()
+    with contextlib.closing(_pika(broker)) as c:
+        c.channel().queue_declare(earlier, durable=True)  # as bridges before declared them
+    adapter.ensure_queues([new, earlier])  # no StagingQueueMismatch for the earlier one
+    with contextlib.closing(_pika(broker)) as c:
+        # A queue's arguments show in what RabbitMQ accepts to declare again: the same only.
+        c.channel().queue_declare(new, durable=True, arguments=CLASSIC_ARGUMENTS)
+        c.channel().queue_declare(earlier, durable=True)  # left as it was
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            c.channel().queue_declare(new, durable=True)
+        assert refused.value.reply_code == 406 and "x-queue-mode" in refused.value.reply_text
+    adapter.publish(adapter.format.client_destination(new), Message({"n": "1"}, b"staged"))
+    assert [m.body for m in adapter.browse(new)] == [b"staged"]
+
+
 def test_rabbitmq_header_mapping_is_the_plugins() -> None:
     props = amqp_properties({
         "persistent": "True", "priority": " 5 ", "reply-to": "/reply-queue/amq.gen-1",
