@@ -187,7 +187,10 @@ class RabbitMQ(Puts, Checks):
         return 0 if ok is None else ok.method.consumer_count or 0
 
     def _declared_ok(self, queue: str) -> Any:
-        """A passive queue.declare's answer; None for a queue the broker does not have."""
+        """A passive queue.declare's answer; None for a queue the broker does not have (one
+        whose name is longer than AMQP's 255 bytes cannot be there, and pika cannot ask)."""
+        if len(queue) > 63 and len(queue.encode()) > 255:
+            return None
         ch = self._scratch_channel()
         try:
             with self._translate():

@@ -1,4 +1,9 @@
-"""structlog set-up: JSON lines in production, readable lines on a terminal, to stderr."""
+"""structlog set-up: JSON lines in production, readable lines on a terminal, to stderr.
+
+The libraries' own standard-library logs (aiohttp's: the admin API's server) go through the same
+renderer, one line each: aiohttp logs a request it cannot parse (a malformed request line, a
+byte that is not allowed in a URL) with the parser's traceback, and the client has its 400
+already, so the line names the error instead."""
 
 from __future__ import annotations
 
@@ -28,6 +33,29 @@ def configure(fmt: str = "console", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    for name in LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        library.handlers = [_OneLine()]
+        library.propagate = False
+        library.setLevel(logging.getLevelNamesMapping()[level.upper()])
+
+
+LIBRARY_LOGGERS = ("aiohttp",)
+
+
+class _OneLine(logging.Handler):
+    """A standard-library record as one structlog line: its message, and the exception's own
+    words where it carries one (not its traceback)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            context: dict[str, object] = {}
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                context["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            structlog.get_logger(record.name).log(record.levelno, record.getMessage(), **context)
+        except Exception:  # noqa: BLE001 - a log line must not take the server down
+            self.handleError(record)
 
 
 def get(name: str, **context: object) -> structlog.typing.FilteringBoundLogger:

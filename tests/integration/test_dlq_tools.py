@@ -206,6 +206,10 @@ def test_browse_count_replay_purge_with_tibco_selector(broker: Broker,
     missing = cli(broker, "browse", "--queue", f"{PREFIX}{run}-none")
     if broker.name == "rabbitmq":  # ActiveMQ makes a queue when it is named
         assert missing.returncode == 3 and "no queue" in missing.stderr
+        # A name longer than AMQP's 255 bytes cannot be a queue: no such queue, not a broker
+        # error (pika cannot even ask).
+        too_long = cli(broker, "count", "--queue", "q" * 300)
+        assert too_long.returncode == 3 and "no queue" in too_long.stderr, too_long.stderr
     bad = cli(broker, "browse", "--queue", dlq, "--selector", "JMSPriority >> 4")
     assert bad.returncode == 1 and "column" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -119,6 +119,24 @@ def test_sigterm_shuts_down_cleanly(broker: Broker, tmp_path: Path, queue: str) 
     direct.close()
 
 
+def test_a_malformed_admin_request_gets_400_and_one_log_line_not_a_traceback(
+    bridge: BridgeProcess,
+) -> None:
+    """aiohttp logs a request line it cannot parse with its parser's traceback; the bridge's
+    log has one line naming the error instead."""
+    before = len(bridge.log())
+    with socket.create_connection(("127.0.0.1", bridge.admin_port), timeout=5) as sock:
+        sock.sendall(b"GET /dlq?limit=\xc2\xb2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = sock.recv(4096)
+    assert answer.split(b" ", 2)[1] == b"400", answer
+    deadline = time.monotonic() + 5
+    while "Error handling request" not in bridge.log()[before:] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    written = bridge.log()[before:]
+    assert "Error handling request" in written and "Invalid char in url" in written, written
+    assert "Traceback" not in written, written
+
+
 def test_admin_endpoints(bridge: BridgeProcess, broker: Broker) -> None:
     assert bridge.http("/healthz")[0] == 200
     status, body = bridge.http("/policy?destination=/queue/orders&upto=4")
