@@ -223,7 +223,11 @@ def _report(ns: argparse.Namespace) -> int:
         print(f"jms-bridge: report needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
               file=sys.stderr)
         return EXIT_FAILURE
-    return main_with(ns)
+    try:
+        return main_with(ns)
+    except BridgeError as exc:  # a journal not there, Spark's own failure: in one line
+        print(f"jms-bridge: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def _replay(ns: argparse.Namespace, settings: Settings) -> int:

@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bridge.pipeline.selectors import matches
-from bridge.pipeline.session import session
+from bridge.pipeline.session import existing_paths, in_one_line, started
 
 LEDGER_PREFIX = "jms-bridge.replay-ledger."
 BATCH = 500
@@ -281,25 +281,19 @@ def render(summary: Summary) -> str:
 def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: Any) -> int:
     """``jms-bridge replay``: 0 when every matching message is replayed (now or before).
     ``endpoint``: the broker connection the bridge's own tools use (the CLI resolves it)."""
-    from policies.errors import BridgeError, ConfigError
     from policies.selector import parse
 
     if ns.selector:
         parse(ns.selector)  # InvalidSelector, at the column, before Spark starts
-    for path in ns.archive:
-        if "://" not in path and not Path(path).exists():
-            raise ConfigError(f"--archive {path}: no such file or folder")
+    existing_paths(ns.archive, "--archive")
     ledger = LEDGER_PREFIX + (ns.ledger or ledger_name(ns.archive, ns.selector, ns.to))
     target = Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
-    spark = session(ns.master, "jms-bridge replay")
+    spark = started(ns.master, "jms-bridge replay")
     try:
         summary = run(spark, ns.archive, ns.selector, target, broker=broker,
                       partitions=ns.partitions)
-    except Exception as exc:  # Spark's own (Py4J, analysis): one line, not its traceback
-        if isinstance(exc, BridgeError):
-            raise
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"replay failed in Spark: {first[:500]}") from None
+    except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
+        raise in_one_line(exc, "replay failed in Spark") from None
     finally:
         spark.stop()
     print(render(summary))

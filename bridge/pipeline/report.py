@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from bridge.pipeline import journal
 from bridge.pipeline.options import add_arguments
-from bridge.pipeline.session import session
+from bridge.pipeline.session import existing_paths, in_one_line, started
 
 # Upper bounds (ms, inclusive) of the lateness buckets; below 0 is early, above the last is
 # the last bucket.
@@ -182,9 +182,14 @@ def _write_text(spark: SparkSession, uri: str, text: str) -> None:
 
 
 def main_with(ns: argparse.Namespace) -> int:
-    spark = session(ns.master, "jms-bridge report")
+    """``jms-bridge report``; a ConfigError of one line for a journal that is not there or a
+    failure in Spark."""
+    existing_paths(ns.journal, "--journal")
+    spark = started(ns.master, "jms-bridge report")
     try:
         report = run(spark, ns.journal, ns.out, since_ms=ns.since, until_ms=ns.until)
+    except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
+        raise in_one_line(exc, "report failed in Spark") from None
     finally:
         spark.stop()
     print(f"{report.events} events; tables and report.html in {ns.out} "

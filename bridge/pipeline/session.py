@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -43,3 +45,38 @@ def session(master: str | None = None, app: str = "jms-bridge", **conf: str) -> 
         spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def in_one_line(exc: BaseException, what: str) -> Exception:
+    """A failure of Spark's own (Py4J, analysis, a master it cannot reach) as a ConfigError of
+    one line naming ``what`` failed: the job's user gets its first line, not its traceback. The
+    bridge's own errors pass as they are."""
+    from policies.errors import BridgeError, ConfigError
+
+    if isinstance(exc, BridgeError):
+        return exc
+    # (Py4J's text: "An error occurred while calling ...", then ": <the Java exception>", then
+    # its stack, "at ..." lines; the Java exception's line says what went wrong.)
+    lines = [ln.strip().lstrip(": ") for ln in str(exc).strip().splitlines()]
+    useful = [ln for ln in lines if ln and not ln.startswith(("at ", "An error occurred", "..."))]
+    java = next((ln for ln in useful if "Exception:" in ln or "Error:" in ln), None)
+    text = java or (useful[0] if useful else type(exc).__name__)
+    return ConfigError(f"{what}: {text[:500]}")
+
+
+def started(master: str | None, app: str) -> SparkSession:
+    """``session``, or a ConfigError of one line when Spark cannot start (a master it cannot
+    reach, no Java)."""
+    try:
+        return session(master, app)
+    except Exception as exc:  # noqa: BLE001 - see in_one_line
+        raise in_one_line(exc, f"Spark did not start (master {master or 'local[*]'})") from None
+
+
+def existing_paths(paths: Sequence[str], flag: str) -> None:
+    """A ConfigError for a local path (no ``scheme://``, no wildcard) that is not there."""
+    from policies.errors import ConfigError
+
+    for path in paths:
+        if "://" not in path and not any(c in path for c in "*?[") and not Path(path).exists():
+            raise ConfigError(f"{flag} {path}: no such file or folder")

@@ -118,3 +118,36 @@ def test_times_on_the_command_line() -> None:
     assert parse_time("2023-11-14T22:13:20Z") == 1_700_000_000_000
     assert parse_time("2023-11-14T22:13:20") == 1_700_000_000_000
     assert parse_time("2023-11-14T23:13:20+01:00") == 1_700_000_000_000
+
+
+def test_a_journal_that_is_not_there_is_one_line_before_spark_starts(tmp_path: Path) -> None:
+    from bridge.app.cli import main
+
+    missing = tmp_path / "none"
+    assert main(["report", "--journal", str(missing), "--out", str(tmp_path / "out")]) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_sparks_own_failures_are_one_line_naming_the_java_exception() -> None:
+    import pytest
+
+    from bridge.pipeline.session import in_one_line
+    from policies.errors import ConfigError, Refused
+    from policies.reasons import MQRC_Q_FULL
+
+    py4j = Exception(
+        "An error occurred while calling o301.parquet.\n"
+        ": org.apache.hadoop.fs.ParentNotDirectoryException: Parent path is not a directory: "
+        "file:/etc/passwd\n\tat org.apache.hadoop.fs.RawLocalFileSystem.mkdirs(x.java:1)\n")
+    made = in_one_line(py4j, "report failed in Spark")
+    assert isinstance(made, ConfigError)
+    assert str(made) == ("report failed in Spark: org.apache.hadoop.fs."
+                         "ParentNotDirectoryException: Parent path is not a directory: "
+                         "file:/etc/passwd")
+    analysis = Exception("[PATH_NOT_FOUND] Path does not exist: file:/x/*.none.")
+    assert str(in_one_line(analysis, "w")) == (
+        "w: [PATH_NOT_FOUND] Path does not exist: file:/x/*.none.")
+    own = Refused(MQRC_Q_FULL, "full")
+    assert in_one_line(own, "w") is own  # the bridge's own errors pass as they are
+    with pytest.raises(ConfigError):
+        raise in_one_line(ValueError(""), "w")
