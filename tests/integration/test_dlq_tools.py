@@ -600,10 +600,17 @@ def test_the_handler_runs_until_stopped(broker: Broker, tools: QueueTools,
         assert proc.poll() is None  # still running
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
-            text = page.read().decode()
-        assert ('jms_bridge_dlq_actions_total{operation="handle-DISCARD",'
-                'reason="MQRC_BACKOUT_THRESHOLD_REACHED"} 1.0') in text
+        # The pass counts its actions once it has settled them: the queue can show the change
+        # a moment before the counter does.
+        counted = ('jms_bridge_dlq_actions_total{operation="handle-DISCARD",'
+                   'reason="MQRC_BACKOUT_THRESHOLD_REACHED"} 1.0')
+        deadline, text = time.monotonic() + 10, ""
+        while counted not in text and time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+                text = page.read().decode()
+            if counted not in text:
+                time.sleep(0.1)
+        assert counted in text, text
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
