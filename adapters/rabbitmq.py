@@ -33,7 +33,7 @@ from policies.errors import BrokerUnavailable, Refused, StagingQueueMismatch
 # queue version 2 (CLASSIC_ARGUMENTS): RabbitMQ 3.10 and 3.11 then keep a staged copy on disk,
 # not on the queue process's heap, and take one for about a plain message's CPU (in memory, 10-15
 # µs more, with confirm gaps that left a core idle: delayed AMQP publishes through the bridge ran
-# at 0.42-0.48 of plain ones, and at 0.56-0.59 so; README, "Operating it"). RabbitMQ 3.12 and
+# at 0.42-0.48 of plain ones, and at 0.52-0.62 so; README, "Operating it"). RabbitMQ 3.12 and
 # later ignore the mode (their classic queues keep messages on disk already), and from 3.13
 # version 2 is the default. A classic staging queue an earlier bridge declared with no arguments
 # is used as it is (RabbitMQ will not declare it again with others; a policy can give it them).
@@ -95,7 +95,6 @@ class RabbitMQ(Puts, Checks):
         self.endpoint = amqp
         self.queue_type = queue_type
         self._quorum = queue_type == "quorum"
-        self._mismatch = ""  # what the broker said when it refused a staging queue's declare
         self._told_as_it_is = False  # (the warning for queues an earlier bridge declared)
         self._management = management
         self._http_timeout = http_timeout
@@ -138,20 +137,29 @@ class RabbitMQ(Puts, Checks):
         other type, most often), which it refuses to declare again."""
         arguments = QUORUM_ARGUMENTS if self._quorum else CLASSIC_ARGUMENTS
         for name in names:
-            if not self._declared_as(name, arguments) and (
-                    self._quorum or not self._declared_as(name, None)):
+            said = self._declare(name, arguments)
+            if said is not None and not self._quorum and self._declare(name, None) is None:
+                said = None  # an earlier bridge's classic queue: used as it is
+                if not self._told_as_it_is:
+                    self._told_as_it_is = True
+                    self._log.warning(
+                        "classic staging queues declared with no arguments by an earlier "
+                        "bridge: used as they are; on RabbitMQ 3.10 and 3.11 a policy makes them "
+                        "lazy and of version 2, which holds staged copies for less of the "
+                        "broker's memory and CPU (README, \"Operating it\")", queue=name)
+            if said is not None:
                 raise StagingQueueMismatch(
                     f"{self._where()}: staging queue {name!r} exists already and is not what "
                     f"--staging-queue-type {self.queue_type} declares (the broker said: "
-                    f"{self._mismatch}). Give this bridge another "
+                    f"{said}). Give this bridge another "
                     "--staging-prefix, or drain the old staging queues (stop the bridges, "
                     "move their messages) and delete them; see the README, \"Quorum staging\""
                 )
             self._declared.add(name)
 
-    def _declared_as(self, name: str, arguments: dict[str, Any] | None) -> bool:
-        """Declare ``name`` durable with ``arguments``; False when the broker has it with other
-        ones (its 406 closes only the scratch channel, and what it said is kept)."""
+    def _declare(self, name: str, arguments: dict[str, Any] | None) -> str | None:
+        """Declare ``name`` durable with ``arguments``: None when done, what the broker said
+        when it has the queue with other arguments (its 406 closes only the scratch channel)."""
         ch = self._scratch_channel()
         try:
             with self._translate():
@@ -161,16 +169,8 @@ class RabbitMQ(Puts, Checks):
             if not (isinstance(cause, pika.exceptions.ChannelClosedByBroker)
                     and cause.reply_code == 406 and self._main_open()):
                 raise
-            self._mismatch = f"({cause.reply_code}) {cause.reply_text}"
-            return False
-        if arguments is None and not self._quorum and not self._told_as_it_is:
-            self._told_as_it_is = True
-            self._log.warning(
-                "classic staging queues declared with no arguments by an earlier bridge: used "
-                "as they are; on RabbitMQ 3.10 and 3.11 a policy makes them lazy and of version "
-                "2, which holds staged copies for less of the broker's memory and CPU (README, "
-                "\"Operating it\")", queue=name)
-        return True
+            return f"({cause.reply_code}) {cause.reply_text}"
+        return None
 
     def depth(self, queue: str) -> int:
         """A passive queue.declare's message count (ready messages) plus those this adapter
