@@ -10,6 +10,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 from pamqp import frame as pframe
+from pamqp.body import ContentBody
 
 from bridge.frontends.amqp import PROTOCOL_HEADER, Message, ProxyConnection, publish_frames
 from bridge.frontends.amqp.server import AmqpRelay
@@ -268,3 +270,49 @@ def test_hook_replacement_is_what_arrives(conn: pika.BlockingConnection) -> None
     assert data == b"ABC" * 50_000
     assert properties.headers == {"a": "b", "rewritten": 1}
 
+
+
+def _settled(read: Any, timeout: float = 15.0) -> int:
+    """``read()`` once it has given the same figure for a second (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    last, same_since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = read()
+        if now != last:
+            last, same_since = now, time.monotonic()
+        elif time.monotonic() - same_since >= 1.0:
+            break
+    return int(last)
+
+
+def test_a_client_that_does_not_read_stops_the_relay_reading_the_broker(
+    relay: _RelayThread, conn: pika.BlockingConnection, queue: str
+) -> None:
+    """Back-pressure towards the broker: while a consumer does not read its socket, the relay
+    reads no more of the broker's deliveries than its sockets hold (RabbitMQ keeps the rest);
+    once the consumer reads, every delivery arrives."""
+    channel: Any = conn.channel()
+    declare(channel, queue)
+    body, count = b"m" * 65_536, 600  # 39 MB
+    for _ in range(count):
+        channel.basic_publish("", queue, body)
+    stats = relay.relay.stats
+    before = stats.bytes["downstream"]
+    sock = handshake(relay.port)
+    try:
+        sock.sendall(pframe.marshal(commands.Channel.Open(), 1))
+        assert isinstance(read_frame(sock)[1], commands.Channel.OpenOk)
+        sock.sendall(pframe.marshal(commands.Basic.Consume(queue=queue, no_ack=True), 1))
+        assert isinstance(read_frame(sock)[1], commands.Basic.ConsumeOk)
+        read = _settled(lambda: stats.bytes["downstream"]) - before
+        assert read < count * len(body) // 2, f"the relay read {read} bytes of deliveries " \
+            "for a consumer that reads none"
+        bodies = 0
+        while bodies < count:
+            _, value = read_frame(sock)
+            if isinstance(value, ContentBody):
+                assert value.value == body  # the whole body in one frame (frame_max 131072)
+                bodies += 1
+    finally:
+        sock.close()

@@ -8,7 +8,9 @@ handshake (protocol header, Start-Ok with PLAIN or AMQPLAIN, Tune-Ok, Open) is r
 unchanged, so the broker authenticates every client and answers it in its own words. Frames
 go both ways as their original bytes. A client publish is offered to the one hook point,
 ``PublishHook``; a malformed client frame closes that client with the Connection.Close the
-core names. A side is read only once the other side's writer has drained (back-pressure).
+core names. The broker's bytes are handled as they arrive (``upstream.Upstream``, a protocol);
+the client's through a stream, since a publish may wait on its hook. A side is not read while
+the other side's socket holds more than its high-water mark (back-pressure).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY
 from bridge.frontends.amqp.refusal import refuse
 from bridge.frontends.amqp.settling import ConsumerSide
 from bridge.frontends.amqp.translate import PublishScreen
+from bridge.frontends.amqp.upstream import Upstream
 from bridge.frontends.budget import Budget
 from bridge.frontends.stats import AmqpStats
 from bridge.intercept.chain import Chain
@@ -199,8 +202,8 @@ class _Link:
         elif isinstance(hook, PublishScreen):
             self.conn.screen_needles = hook.needles
         self.client_r, self.client_w = reader, writer
-        self.up_r: asyncio.StreamReader | None = None
-        self.up_w: asyncio.StreamWriter | None = None
+        self.up: Upstream | None = None
+        self._drained: asyncio.Task[None] | None = None  # while the broker is not read
         peer = writer.get_extra_info("peername")
         self.log = relay.log.bind(conn=next(_ids), peer=f"{peer[0]}:{peer[1]}" if peer else "?")
         self.side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
@@ -269,9 +272,11 @@ class _Link:
             await refuse(self.client_r, self.client_w, f"MQRC_HOST_NOT_AVAILABLE (2538): "
                          f"{not_ready}", header_read=True)
             return
+        loop = asyncio.get_running_loop()
         try:
-            self.up_r, up_w = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=READ_SIZE), self.relay.connect_timeout
+            _, upstream = await asyncio.wait_for(
+                loop.create_connection(lambda: Upstream(self._broker_data), host, port),
+                self.relay.connect_timeout,
             )
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or type(exc).__name__
@@ -281,9 +286,9 @@ class _Link:
                          f"MQRC_HOST_NOT_AVAILABLE (2538): RabbitMQ AMQP at {host}:{port} is not "
                          f"reachable: {reason}", header_read=True)
             return
-        self.up_w = up_w
+        self.up = upstream
         if self.side is not None:
-            self.side.attach(up_w.write)
+            self.side.attach(upstream.write)
         up = asyncio.create_task(self._client_to_broker(header))
         down = asyncio.create_task(self._broker_to_client())
         try:
@@ -292,18 +297,19 @@ class _Link:
                 if not task.cancelled() and task.exception() is not None:
                     self.log.error("link failed", error=repr(task.exception()))
         finally:
-            for task in (up, down):
+            tasks = [up, down] + ([self._drained] if self._drained is not None else [])
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(up, down, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             self.relay.stats.channels_open -= self.channels
             self.channels = 0
             self._forget_budget()
             self.client_w.close()
-            if self.up_w is not None:
-                self.up_w.close()
+            if self.up is not None:
+                self.up.close()
 
     async def _client_to_broker(self, first: bytes) -> None:
-        assert self.up_w is not None
+        assert self.up is not None
         read = self.client_r.read
         stats = self.relay.stats
         while True:
@@ -376,7 +382,7 @@ class _Link:
 
     async def _carry(self, events: list[Event]) -> None:
         """Write client-data events out: frames and messages upstream, answers to the client."""
-        assert self.up_w is not None
+        assert self.up is not None
         up: list[bytes] = []
         back: list[bytes] = []
         side = self.side
@@ -425,14 +431,14 @@ class _Link:
             else:
                 up.append(event.raw)
         self._flush(up, back)
-        await self.up_w.drain()
+        await self.up.drain()
 
     def _flush(self, up: list[bytes], back: list[bytes]) -> None:
-        assert self.up_w is not None
+        assert self.up is not None
         if back:
             self.client_w.write(b"".join(back))
         if up:
-            self.up_w.write(b"".join(up))
+            self.up.write(b"".join(up))
 
     async def _settle(self, failure: Failure) -> None:
         """A consumer's failure: the chain's replacement, carried out before anything else the
@@ -488,43 +494,56 @@ class _Link:
         return self.conn.refuse(message.channel, str(exc))
 
     async def _broker_to_client(self) -> None:
-        assert self.up_r is not None and self.up_w is not None
-        read = self.up_r.read
-        stats = self.relay.stats
-        while True:
-            data = await read(READ_SIZE)
-            if not data:
-                if self.side is not None:
-                    self.side.broker_lost("the broker closed the connection")
-                if not self.client_gone:
-                    await self.client_w.drain()
-                return  # broker closed: the client's connection goes too
-            down: list[bytes] = []
-            back: list[bytes] = []
-            side = self.side
-            stats.bytes["downstream"] += len(data)
-            events = self.conn.broker_data(data)
-            self._count(events, stats.methods_down)
-            for event in events:
-                if type(event) is Answer:
-                    back.append(event.raw)
-                elif type(event) is Forward:
-                    continue
-                elif side is not None:
-                    out = side.broker_event(event)
-                    if out is not None:
-                        down.append(out)
-                else:
-                    down.append(event.raw)
-            if back:
-                self.up_w.write(b"".join(back))
-            if down and not self.client_gone:
-                self.client_w.write(b"".join(down))
-                try:
-                    await self.client_w.drain()
-                except OSError:
-                    self.client_gone = True
+        """Wait for the broker's end (its bytes are handled as they arrive, by
+        ``_broker_data``); then the client has what was written for it, and the link closes."""
+        assert self.up is not None
+        await self.up.finished  # raises what handling the broker's bytes raised
+        if self.side is not None:
+            self.side.broker_lost("the broker closed the connection")
+        if not self.client_gone:
+            await self.client_w.drain()
 
+    def _broker_data(self, data: bytes) -> None:
+        """The broker's bytes, as they arrive: answers back up, the rest to the client. While
+        the client's socket holds more than its high-water mark, the broker is not read."""
+        up = self.up
+        assert up is not None
+        stats = self.relay.stats
+        stats.bytes["downstream"] += len(data)
+        events = self.conn.broker_data(data)
+        self._count(events, stats.methods_down)
+        down: list[bytes] = []
+        back: list[bytes] = []
+        side = self.side
+        for event in events:
+            if type(event) is Answer:
+                back.append(event.raw)
+            elif type(event) is Forward:
+                continue
+            elif side is not None:
+                out = side.broker_event(event)
+                if out is not None:
+                    down.append(out)
+            else:
+                down.append(event.raw)
+        if back:
+            up.write(b"".join(back))
+        if down and not self.client_gone:
+            self.client_w.write(b"".join(down))
+            transport = self.client_w.transport
+            if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
+                up.pause_reading()
+                self._drained = asyncio.ensure_future(self._client_drained())
+
+    async def _client_drained(self) -> None:
+        """The broker read again once the client's socket has drained (or the client left)."""
+        assert self.up is not None
+        try:
+            await self.client_w.drain()
+        except OSError:
+            self.client_gone = True
+        self._drained = None
+        self.up.resume_reading()
 
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
