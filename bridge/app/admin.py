@@ -13,6 +13,7 @@ configuration, stays open.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -65,9 +66,11 @@ class Admin:
         readiness: Callable[[], str | None] | None = None,
         queue_tools: Callable[[], QueueTools] | None = None,
         upstream_amqp: Endpoint | None = None,
+        upstream_amqp_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.metrics = metrics
         self.upstream_amqp = upstream_amqp  # checked by /readyz when the AMQP listener is on
+        self.upstream_amqp_ssl = upstream_amqp_ssl  # (amqps://)
         self.broker = broker
         self.upstream = upstream
         self.staging = staging
@@ -141,7 +144,7 @@ class Admin:
         body = {"broker": self.broker, "upstream": str(self.upstream)}
         if self.upstream_amqp is not None:
             body["upstream_amqp"] = str(self.upstream_amqp)
-            amqp_problem = await probe_amqp(self.upstream_amqp)
+            amqp_problem = await probe_amqp(self.upstream_amqp, tls=self.upstream_amqp_ssl)
             if amqp_problem is not None:
                 problem = "; ".join(p for p in (problem, f"AMQP: {amqp_problem}") if p)
         if problem is None:

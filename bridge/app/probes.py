@@ -4,6 +4,7 @@ the admin API (and its aiohttp) so that the broker watch needs neither."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER
 from policies.endpoints import Endpoint
@@ -26,14 +27,26 @@ async def probe(target: Endpoint, timeout: float = 2.0) -> str | None:
     return problem
 
 
-async def probe_amqp(target: Endpoint, timeout: float = 2.0) -> str | None:
-    """None when ``target`` answers AMQP 0-9-1's protocol header with a Connection.Start
-    (a method frame), else why not."""
+async def probe_amqp(target: Endpoint, timeout: float = 2.0,
+                     tls: ssl.SSLContext | None = None) -> str | None:
+    """None when ``target`` (or one of its alternates) answers AMQP 0-9-1's protocol header
+    with a Connection.Start (a method frame), over TLS with ``tls``; else why not (the last
+    node's reason)."""
+    problem = ""
+    for node in target.every():
+        problem = await _answers_amqp(node, timeout, tls)
+        if not problem:
+            return None
+    return problem
+
+
+async def _answers_amqp(node: Endpoint, timeout: float, tls: ssl.SSLContext | None) -> str:
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(target.host, target.port), timeout
+            asyncio.open_connection(node.host, node.port, ssl=tls,
+                                    server_hostname=node.host if tls else None), timeout
         )
-    except (TimeoutError, OSError) as exc:
+    except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
         return str(exc) or type(exc).__name__
     try:
         writer.write(PROTOCOL_HEADER)
@@ -44,4 +57,4 @@ async def probe_amqp(target: Endpoint, timeout: float = 2.0) -> str | None:
         writer.close()
     if first != b"\x01":
         return f"answered the AMQP protocol header with {first!r}, not Connection.Start"
-    return None
+    return ""

@@ -248,6 +248,12 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         upstream_ssl=upstream_ssl,
         readiness=watch.readiness,
     )
+    # The AMQP listener's upstream: each client's own connection goes to the first of its nodes
+    # that answers, over TLS for amqps:// (verified as the bridge's own connections are); the
+    # same for /readyz's check of it.
+    upstream_amqp = bridge_amqp(settings) if settings.amqp_listen is not None else None
+    amqp_ssl = (client_context(upstream_amqp.ca_file)
+                if upstream_amqp is not None and upstream_amqp.tls else None)
     admin = Admin(
         metrics=metrics,
         broker=settings.broker,
@@ -259,7 +265,8 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         tokens=tokens,
         readiness=watch.readiness,
         queue_tools=lambda: dlq.queue_tools(settings),
-        upstream_amqp=bridge_amqp(settings) if settings.amqp_listen is not None else None,
+        upstream_amqp=upstream_amqp,
+        upstream_amqp_ssl=amqp_ssl,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
@@ -270,14 +277,16 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         reloading = asyncio.create_task(tls_files.watch())
         loop.set_exception_handler(_quiet_tls_failures)
     amqp: AmqpRelay | None = None
-    if settings.amqp_listen is not None:
+    if settings.amqp_listen is not None and upstream_amqp is not None:
         # The same interceptors, on the same views, for publishes and consumers alike.
-        upstream_amqp = bridge_amqp(settings)
         # Shared with the STOMP side: the frame limit (as the largest body), the connection
         # limits (counted per listener), the handshake timeout (for the protocol header), the
         # buffered-bytes budget (one for both listeners) and the broker-away answer (a
         # Connection.Close).
+        nodes = upstream_amqp.every()
         amqp = AmqpRelay(upstream_amqp.host, upstream_amqp.port, chain=chain,
+                         alternates=[(node.host, node.port) for node in nodes[1:]],
+                         upstream_ssl=amqp_ssl,
                          stats=metrics.count_amqp(),
                          max_body_size=settings.max_frame_bytes,
                          max_connections=settings.max_connections,

@@ -27,6 +27,7 @@ from bridge.frontends.amqp.server import AmqpRelay
 from policies.errors import Refused
 from policies.reasons import MQRC_EXPIRY_ERROR
 from tests.integration.amqp_raw import handshake, read_frame, recv_exactly
+from tests.integration.bridgeproc import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -69,9 +70,9 @@ def _hook(message: Message, conn: ProxyConnection) -> bytes | None:
 
 
 class _RelayThread:
-    def __init__(self, hook: Any) -> None:
+    def __init__(self, hook: Any = None, relay: AmqpRelay | None = None) -> None:
         self.loop = asyncio.new_event_loop()
-        self.relay = AmqpRelay(*RABBIT, hook=hook)
+        self.relay = relay or AmqpRelay(*RABBIT, hook=hook)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     def __enter__(self) -> _RelayThread:
@@ -316,3 +317,24 @@ def test_a_client_that_does_not_read_stops_the_relay_reading_the_broker(
                 bodies += 1
     finally:
         sock.close()
+
+
+def test_a_node_that_does_not_answer_is_passed_over_and_none_answering_is_named() -> None:
+    """A cluster's nodes: a client's upstream connection goes to the first that answers (the
+    next client's starts at that one); when none answers, the client is refused with
+    MQRC_HOST_NOT_AVAILABLE naming every node."""
+    _require_rabbit()
+    down = ("127.0.0.1", free_port())
+    with _RelayThread(relay=AmqpRelay(*down, alternates=[RABBIT])) as running:
+        connection = pika.BlockingConnection(params(running.port))
+        channel: Any = connection.channel()
+        name = declare(channel, f"jbt-amqp-relay-{uuid.uuid4().hex[:12]}")
+        channel.basic_publish("", name, b"via the second node")
+        assert channel.basic_get(name, auto_ack=True)[2] == b"via the second node"
+        connection.close()
+        assert running.relay.node_at == 1
+    with _RelayThread(relay=AmqpRelay(*down, alternates=[("127.0.0.1", free_port())])) as running:
+        with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+            pika.BlockingConnection(params(running.port))
+        text = repr(refused.value)
+        assert "MQRC_HOST_NOT_AVAILABLE (2538)" in text and f"127.0.0.1:{down[1]}," in text, text

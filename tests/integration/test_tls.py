@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import pika
 import pytest
 import stomp
 
@@ -179,7 +180,9 @@ def test_upstream_tls_verified_against_a_named_ca(broker: Broker, ca: Authority,
                                                   queue: str) -> None:
     """stomp+ssl:// to a TLS front of the broker's STOMP port (and amqps:// to one of
     RabbitMQ's AMQP port), verified with --upstream-ca; a delayed message is staged and
-    released through them, so the staging engine speaks TLS too."""
+    released through them, so the staging engine speaks TLS too. On RabbitMQ a delayed publish
+    through the AMQP listener goes the same way: its client's own upstream connection is
+    amqps:// too."""
     front = ca.issue(f"broker-{uuid.uuid4().hex[:6]}", "localhost")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(front.cert), str(front.key))
@@ -187,7 +190,9 @@ def test_upstream_tls_verified_against_a_named_ca(broker: Broker, ca: Authority,
     extra = ["--upstream-ca", str(ca.pem)]
     if broker.name == "rabbitmq":
         proxies.append(TcpProxy(("127.0.0.1", 5672), tls=ctx))
-        extra += ["--upstream-amqp", f"amqps://guest:guest@localhost:{proxies[1].port}/%2F"]
+        amqp_port = free_port()
+        extra += ["--upstream-amqp", f"amqps://guest:guest@localhost:{proxies[1].port}/%2F",
+                  "--amqp-listen", f"127.0.0.1:{amqp_port}"]
     proc = BridgeProcess(broker.name, f"localhost:{proxies[0].port}", tmp_path / "bridge.log",
                          extra=extra)
     proc.command = _with_tls_upstream(proc.command)  # type: ignore[method-assign]
@@ -204,8 +209,19 @@ def test_upstream_tls_verified_against_a_named_ca(broker: Broker, ca: Authority,
         conn.subscribe(f"/queue/{queue}", id="1", ack="auto")
         conn.send(f"/queue/{queue}", "later", headers={"x-delay": "500", "receipt": "r"})
         assert inbox.wait_receipt("r", timeout=10), proc.log()[-3000:]
-        got = inbox.take(1, timeout=15)
-        assert [m.body for m in got] == ["later"], proc.log()[-3000:]
+        expected = ["later"]
+        if broker.name == "rabbitmq":
+            amqp = pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", amqp_port, credentials=pika.PlainCredentials("guest", "guest"),
+                connection_attempts=1, socket_timeout=5))
+            channel = amqp.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("", queue, b"later over amqp",
+                                  pika.BasicProperties(headers={"x-delay": 500}))
+            amqp.close()
+            expected.append("later over amqp")
+        got = inbox.take(len(expected), timeout=15)
+        assert sorted(m.body for m in got) == expected, proc.log()[-3000:]
         conn.disconnect()
     finally:
         code = proc.stop()

@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import ssl
 from collections import Counter as Tally
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 from pamqp import commands
@@ -100,6 +101,8 @@ class AmqpRelay:
         readiness: Callable[[], str | None] = lambda: None,
         handshake_timeout: float = 10.0,
         budget: Budget | None = None,
+        alternates: Sequence[tuple[str, int]] = (),
+        upstream_ssl: ssl.SSLContext | None = None,
     ) -> None:
         # Bytes held for clients, process-wide (shared with the STOMP listener): past it, a
         # client holding part of a message is not read until others have passed theirs on.
@@ -109,7 +112,11 @@ class AmqpRelay:
         self.max_connections = max_connections
         self.max_per_address = max_per_address
         self._by_address: dict[str, int] = {}
-        self.upstream = (upstream_host, upstream_port)
+        # The broker's nodes (one, or a cluster's), each client's tried in turn from the one
+        # that answered last; over TLS with ``upstream_ssl`` (amqps://).
+        self.nodes = ((upstream_host, upstream_port), *alternates)
+        self.node_at = 0
+        self.upstream_ssl = upstream_ssl
         self.stats = stats or AmqpStats()
         # With a chain: its publishes screened (unless a hook is given), and its consumer
         # side (deliveries stamped, failures replaced, consumes guarded) when it asks for it.
@@ -261,7 +268,6 @@ class _Link:
         return seen
 
     async def run(self) -> None:
-        host, port = self.relay.upstream
         header = await self._protocol_header()
         if header is None:
             self.client_w.close()
@@ -272,19 +278,8 @@ class _Link:
             await refuse(self.client_r, self.client_w, f"MQRC_HOST_NOT_AVAILABLE (2538): "
                          f"{not_ready}", header_read=True)
             return
-        loop = asyncio.get_running_loop()
-        try:
-            _, upstream = await asyncio.wait_for(
-                loop.create_connection(lambda: Upstream(self._broker_data), host, port),
-                self.relay.connect_timeout,
-            )
-        except (OSError, TimeoutError) as exc:
-            reason = str(exc) or type(exc).__name__
-            self.log.warning("upstream unreachable", upstream=f"{host}:{port}", error=reason)
-            self.relay.stats.protocol_errors["broker-unreachable"] += 1
-            await refuse(self.client_r, self.client_w,
-                         f"MQRC_HOST_NOT_AVAILABLE (2538): RabbitMQ AMQP at {host}:{port} is not "
-                         f"reachable: {reason}", header_read=True)
+        upstream = await self._connect()
+        if upstream is None:
             return
         self.up = upstream
         if self.side is not None:
@@ -307,6 +302,36 @@ class _Link:
             self.client_w.close()
             if self.up is not None:
                 self.up.close()
+
+    async def _connect(self) -> Upstream | None:
+        """The upstream connection, to the first of the broker's nodes that answers (from the
+        one that answered last); None once the client has been refused, when none does."""
+        relay = self.relay
+        nodes = relay.nodes
+        at = relay.node_at % len(nodes)
+        tls = relay.upstream_ssl
+        loop = asyncio.get_running_loop()
+        reason = ""
+        for i in (*range(at, len(nodes)), *range(at)):
+            host, port = nodes[i]
+            try:
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(lambda: Upstream(self._broker_data), host, port,
+                                           ssl=tls, server_hostname=host if tls else None),
+                    relay.connect_timeout,
+                )
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+                reason = str(exc) or type(exc).__name__
+                self.log.warning("upstream unreachable", upstream=f"{host}:{port}", error=reason)
+                continue
+            relay.node_at = i
+            return upstream
+        relay.stats.protocol_errors["broker-unreachable"] += 1
+        where = ",".join(f"{host}:{port}" for host, port in nodes)
+        await refuse(self.client_r, self.client_w,
+                     f"MQRC_HOST_NOT_AVAILABLE (2538): RabbitMQ AMQP at {where} is not "
+                     f"reachable: {reason}", header_read=True)
+        return None
 
     async def _client_to_broker(self, first: bytes) -> None:
         assert self.up is not None
