@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="client connections at once from one address (default 1000)")
     run.add_argument("--stomp-tls-listen", metavar="HOST:PORT",
                      help="accept STOMP clients over TLS here (needs --tls-cert, --tls-key)")
-    run.add_argument("--tls-cert", metavar="FILE", help="the TLS listener's certificate (PEM)")
+    run.add_argument("--amqp-tls-listen", metavar="HOST:PORT",
+                     help="accept AMQP 0-9-1 clients over TLS here, as RabbitMQ's amqps port "
+                          "(RabbitMQ only; needs --tls-cert, --tls-key)")
+    run.add_argument("--tls-cert", metavar="FILE", help="the TLS listeners' certificate (PEM)")
     run.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
     run.add_argument("--tls-client-ca", metavar="FILE",
                      help="ask clients for a certificate signed by this CA (mutual TLS)")

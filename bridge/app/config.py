@@ -76,9 +76,11 @@ class Settings:
     # Bytes held for all clients together (frames not yet complete or not yet taken by the
     # broker); past it the bridge stops reading clients until they are passed on.
     max_buffered_bytes: int = 128 * 1024 * 1024
-    # A TLS listener for STOMP clients, with its certificate and key (PEM, reloaded when they
-    # change) and, for mutual TLS, the CA their certificates must be signed by.
+    # TLS listeners for STOMP and AMQP 0-9-1 clients, with their certificate and key (PEM,
+    # reloaded when they change) and, for mutual TLS, the CA client certificates must be signed
+    # by.
     stomp_tls_listen: Endpoint | None = None
+    amqp_tls_listen: Endpoint | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
@@ -212,7 +214,8 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return v
     if name == "upstream-management":
         return parse_url(str(value), what, "http")
-    if name in ("stomp-listen", "admin-listen", "amqp-listen", "stomp-tls-listen"):
+    if name in ("stomp-listen", "admin-listen", "amqp-listen", "stomp-tls-listen",
+                "amqp-tls-listen"):
         return parse_hostport(str(value), what)
     if name == "log-format":
         return _choice(str(value), what, LOG_FORMATS)
@@ -367,8 +370,13 @@ def resolve(
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
     if settings.amqp_listen is not None and settings.broker != "rabbitmq":
         raise ConfigError("amqp-listen: the AMQP 0-9-1 front-end is only for --broker rabbitmq")
-    if settings.stomp_tls_listen is not None and not (settings.tls_cert and settings.tls_key):
-        raise ConfigError("stomp-tls-listen: needs --tls-cert and --tls-key (PEM files)")
+    if settings.amqp_tls_listen is not None and settings.broker != "rabbitmq":
+        raise ConfigError("amqp-tls-listen: the AMQP 0-9-1 front-end is only for --broker "
+                          "rabbitmq")
+    for what, where in (("stomp-tls-listen", settings.stomp_tls_listen),
+                        ("amqp-tls-listen", settings.amqp_tls_listen)):
+        if where is not None and not (settings.tls_cert and settings.tls_key):
+            raise ConfigError(f"{what}: needs --tls-cert and --tls-key (PEM files)")
     if settings.broker != "rabbitmq" and settings.upstream_stomp.alternates:
         raise ConfigError("upstream-stomp: a list of broker nodes is for a RabbitMQ cluster; "
                           "give ActiveMQ one address")

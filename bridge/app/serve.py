@@ -52,7 +52,8 @@ def _check_free(settings: Settings) -> None:
     meanwhile)."""
     wanted = [("--stomp-listen", settings.stomp_listen), ("--admin-listen", settings.admin_listen),
               ("--stomp-tls-listen", settings.stomp_tls_listen),
-              ("--amqp-listen", settings.amqp_listen)]
+              ("--amqp-listen", settings.amqp_listen),
+              ("--amqp-tls-listen", settings.amqp_tls_listen)]
     for what, where in wanted:
         if where is None or not where.port:
             continue
@@ -99,8 +100,9 @@ def delay_config(settings: Settings) -> DelayConfig:
 
 
 def tls_listener(settings: Settings) -> CertFiles | None:
-    """The TLS listener's context and certificate files, or None without one."""
-    if settings.stomp_tls_listen is None or not settings.tls_cert or not settings.tls_key:
+    """The TLS listeners' context (one for both) and certificate files, or None without one."""
+    if (settings.stomp_tls_listen is None and settings.amqp_tls_listen is None) \
+            or not settings.tls_cert or not settings.tls_key:
         return None
     ctx = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     return CertFiles(ctx, settings.tls_cert, settings.tls_key)
@@ -251,7 +253,8 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     # The AMQP listener's upstream: each client's own connection goes to the first of its nodes
     # that answers, over TLS for amqps:// (verified as the bridge's own connections are); the
     # same for /readyz's check of it.
-    upstream_amqp = bridge_amqp(settings) if settings.amqp_listen is not None else None
+    amqp_on = settings.amqp_listen is not None or settings.amqp_tls_listen is not None
+    upstream_amqp = bridge_amqp(settings) if amqp_on else None
     amqp_ssl = (client_context(upstream_amqp.ca_file)
                 if upstream_amqp is not None and upstream_amqp.tls else None)
     admin = Admin(
@@ -271,13 +274,14 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))
     reloading: asyncio.Task[None] | None = None
-    if tls_files is not None and settings.stomp_tls_listen is not None:
-        await _listen("--stomp-tls-listen", settings.stomp_tls_listen,
-                      stomp.listen_tls(settings.stomp_tls_listen, tls_files.ctx))
+    if tls_files is not None:
+        if settings.stomp_tls_listen is not None:
+            await _listen("--stomp-tls-listen", settings.stomp_tls_listen,
+                          stomp.listen_tls(settings.stomp_tls_listen, tls_files.ctx))
         reloading = asyncio.create_task(tls_files.watch())
         loop.set_exception_handler(_quiet_tls_failures)
     amqp: AmqpRelay | None = None
-    if settings.amqp_listen is not None and upstream_amqp is not None:
+    if upstream_amqp is not None:
         # The same interceptors, on the same views, for publishes and consumers alike.
         # Shared with the STOMP side: the frame limit (as the largest body), the connection
         # limits (counted per listener), the handshake timeout (for the protocol header), the
@@ -295,7 +299,12 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
                          handshake_timeout=settings.handshake_timeout,
                          budget=stomp.budget)
         where = settings.amqp_listen
-        await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
+        if where is not None:
+            await _listen("--amqp-listen", where, amqp.listen(where.host, where.port))
+        where = settings.amqp_tls_listen
+        if where is not None and tls_files is not None:  # (the same certificate, reloaded)
+            await _listen("--amqp-tls-listen", where,
+                          amqp.listen_tls(where.host, where.port, tls_files.ctx))
 
     watching: asyncio.Task[None] | None = None
     if engine is not None:
@@ -319,6 +328,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         stomp=str(settings.stomp_listen),
         stomp_tls=str(settings.stomp_tls_listen) if settings.stomp_tls_listen else "off",
         amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
+        amqp_tls=str(settings.amqp_tls_listen) if settings.amqp_tls_listen else "off",
         amqp_core=compiled.describe(),
         admin=str(settings.admin_listen),
         admin_token="file" if tokens is not None else "none: /staged refused",

@@ -170,3 +170,15 @@ def test_bad_upstream_node_lists(flags: dict[str, str], words: list[str]) -> Non
         resolve(flags, environ={})
     for w in words:
         assert w in str(err.value)
+
+
+def test_amqp_tls_listen(tmp_path: Path) -> None:
+    env = {"JMS_BRIDGE_AMQP_TLS_LISTEN": "0.0.0.0:5674", "JMS_BRIDGE_TLS_CERT": "/tls/tls.crt",
+           "JMS_BRIDGE_TLS_KEY": "/tls/tls.key"}
+    assert resolve({}, environ=env).amqp_tls_listen == Endpoint("0.0.0.0", 5674)
+    with pytest.raises(ConfigError, match=r"^amqp-tls-listen: needs --tls-cert and --tls-key"):
+        resolve({"amqp-tls-listen": "127.0.0.1:5674"}, environ={})
+    with pytest.raises(ConfigError, match=r"^amqp-tls-listen: the AMQP 0-9-1 front-end is only"):
+        resolve({"broker": "activemq"}, environ=env)
+    with pytest.raises(ConfigError, match=r"amqp-tls-listen"):
+        resolve({"amqp-tls-listen": "nowhere"}, environ={})

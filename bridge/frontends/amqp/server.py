@@ -44,6 +44,7 @@ from bridge.frontends.amqp.settling import ConsumerSide
 from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.amqp.upstream import Upstream
 from bridge.frontends.budget import Budget
+from bridge.frontends.peers import tls_subject
 from bridge.frontends.stats import AmqpStats
 from bridge.intercept.chain import Chain
 from policies.errors import Refused
@@ -129,6 +130,7 @@ class AmqpRelay:
         self.protocol_errors = 0
         self.log = structlog.get_logger("amqp")
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self._links: set[asyncio.Task[None]] = set()
 
     async def listen(self, host: str, port: int) -> None:
@@ -136,16 +138,31 @@ class AmqpRelay:
             self._accept, host, port, reuse_address=True, backlog=512, limit=READ_SIZE
         )
 
+    async def listen_tls(self, host: str, port: int, context: ssl.SSLContext) -> None:
+        """The same clients over TLS, as RabbitMQ's amqps port takes them. The TLS handshake
+        must end within the handshake timeout (a plain-text client fails it at its first bytes
+        and is closed at once); the wait for the protocol header then starts."""
+        self._tls_server = await asyncio.start_server(
+            self._accept, host, port, reuse_address=True, backlog=512, limit=READ_SIZE,
+            ssl=context, ssl_handshake_timeout=self.handshake_timeout,
+        )
+
     @property
     def port(self) -> int:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
+    @property
+    def tls_port(self) -> int:
+        assert self._tls_server is not None
+        return int(self._tls_server.sockets[0].getsockname()[1])
+
     async def close(self) -> None:
         """Stop accepting and drop every link."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
+                await server.wait_closed()
         for task in list(self._links):
             task.cancel()
         await asyncio.gather(*self._links, return_exceptions=True)
@@ -213,6 +230,10 @@ class _Link:
         self._drained: asyncio.Task[None] | None = None  # while the broker is not read
         peer = writer.get_extra_info("peername")
         self.log = relay.log.bind(conn=next(_ids), peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        if writer.get_extra_info("ssl_object") is not None:
+            who = tls_subject(writer.get_extra_info("peercert"))
+            self.log = self.log.bind(tls=True, client_subject=who)
+            self.log.info("tls client", client_subject=who)
         self.side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
                      if chain is not None else None)
         self.client_gone = False

@@ -17,6 +17,7 @@ import structlog
 
 from bridge.frontends.budget import Budget
 from bridge.frontends.checks import CheckRunner
+from bridge.frontends.peers import tls_subject
 from bridge.frontends.stats import RelayStats
 from bridge.frontends.stomp import Limits, error_frame
 from bridge.frontends.stomp.session import Output, Session, State
@@ -92,7 +93,7 @@ class ClientLink(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.log = self.log.bind(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
         if transport.get_extra_info("ssl_object") is not None:
-            who = self.server.tls_subject(transport.get_extra_info("peercert"))
+            who = tls_subject(transport.get_extra_info("peercert"))
             self.log = self.log.bind(tls=True, client_subject=who)
             self.log.info("tls client", client_subject=who)
         refusal = self.server.opened(self, peer[0] if peer else "?")
@@ -411,18 +412,6 @@ class StompServer:
     def tls_port(self) -> int:
         assert self._tls_server is not None
         return int(self._tls_server.sockets[0].getsockname()[1])
-
-    @staticmethod
-    def tls_subject(peercert: dict[str, object] | None) -> str | None:
-        """A client certificate's subject as ``CN=a,O=b``; None without one."""
-        if not peercert:
-            return None
-        short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-                 "countryName": "C"}
-        parts = [f"{short.get(name, name)}={value}"
-                 for rdn in peercert.get("subject", ())  # type: ignore[attr-defined]
-                 for name, value in rdn]
-        return ",".join(parts) or None
 
     @property
     def port(self) -> int:
