@@ -215,6 +215,98 @@ def test_service_ports_each_on_or_off() -> None:
     assert ports("service.adminPortEnabled=false", "service.ports.stomp=1234") == {"stomp": 1234}
 
 
+TLS = ("tls.enabled=true", "tls.secretName=bridge-tls")
+
+
+def tls_parts(manifests: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bridge container and the pod's volumes by name."""
+    pod = by_kind(manifests, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return container, {v["name"]: v for v in pod["volumes"]}
+
+
+def test_tls_mounts_the_secret_and_turns_on_the_stomp_tls_listener(tmp_path: Path) -> None:
+    manifests = template(sets=TLS)
+    container, volumes = tls_parts(manifests)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/jms-bridge-tls"]
+    # The whole Secret as a directory, read-only: with a subPath (or items picked out of it) a
+    # renewed certificate would never reach the pod.
+    assert mount == {"name": mount["name"], "mountPath": "/etc/jms-bridge-tls", "readOnly": True}
+    assert volumes[mount["name"]] == {"name": mount["name"], "secret": {"secretName": "bridge-tls"}}
+    assert not [m for m in container["volumeMounts"] if "subPath" in m or "subPathExpr" in m]
+    config = rendered_config(manifests)
+    assert config["stomp-tls-listen"] == "0.0.0.0:61634"
+    assert config["tls-cert"] == "/etc/jms-bridge-tls/tls.crt"
+    assert config["tls-key"] == "/etc/jms-bridge-tls/tls.key"
+    assert "tls-client-ca" not in config
+    assert "amqp-tls-listen" not in config  # tls.amqp is off by default
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"stomp": 61633, "stomp-tls": 61634, "admin": 9613}
+    service = by_kind(manifests, "Service")
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "stomp": (61633, "stomp"), "stomp-tls": (61634, "stomp-tls"), "admin": (9613, "admin")}
+    # the bridge accepts the config, and it listens on the port the pod declares
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    settings = resolve({}, config_file=str(path), environ={})
+    assert settings.stomp_tls_listen is not None
+    assert settings.stomp_tls_listen.port == ports["stomp-tls"]
+    assert settings.tls_cert == "/etc/jms-bridge-tls/tls.crt"
+
+
+def test_tls_is_off_by_default() -> None:
+    manifests = template(sets=("tls.secretName=bridge-tls",))
+    container, volumes = tls_parts(manifests)
+    assert "tls" not in volumes
+    assert not [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/jms-bridge-tls"]
+    assert not {k for k in rendered_config(manifests) if k.startswith("tls-") or "-tls-" in k}
+    assert {p["name"] for p in container["ports"]} == {"stomp", "admin"}
+
+
+def test_tls_amqp_listener_and_service_ports() -> None:
+    manifests = template(sets=(*TLS, "tls.amqp=true", "tls.stomp=false", "service.type=NodePort",
+                               "service.nodePorts.amqpTls=30674", "containerPorts.amqpTls=5675",
+                               "service.ports.amqpTls=5671"))
+    config = rendered_config(manifests)
+    assert config["amqp-tls-listen"] == "0.0.0.0:5675"
+    assert "stomp-tls-listen" not in config
+    container, _ = tls_parts(manifests)
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "stomp": 61633, "amqp-tls": 5675, "admin": 9613}
+    service = {p["name"]: p for p in by_kind(manifests, "Service")["spec"]["ports"]}
+    assert service["amqp-tls"] == {"name": "amqp-tls", "port": 5671, "targetPort": "amqp-tls",
+                                   "protocol": "TCP", "nodePort": 30674}
+    assert "stomp-tls" not in service
+    # the listener stays, the Service leaves its port out when asked to
+    manifests = template(sets=(*TLS, "service.stompTlsPortEnabled=false"))
+    assert "stomp-tls" not in {p["name"] for p in by_kind(manifests, "Service")["spec"]["ports"]}
+    assert "stomp-tls" in {p["name"] for p in tls_parts(manifests)[0]["ports"]}
+
+
+def test_mutual_tls_client_ca_from_a_key_of_the_secret() -> None:
+    config = rendered_config(template(sets=(*TLS, "tls.clientCaKey=ca.crt")))
+    assert config["tls-client-ca"] == "/etc/jms-bridge-tls/ca.crt"
+
+
+def test_a_renewed_tls_secret_does_not_roll_the_pods() -> None:
+    """The bridge reads a renewed certificate itself: no checksum of the TLS Secret on the pods,
+    so that cert-manager's renewal restarts nothing."""
+    def annotations(*sets: str) -> dict[str, str]:
+        deployment = by_kind(template(sets=sets), "Deployment")
+        return dict(deployment["spec"]["template"]["metadata"]["annotations"])
+
+    plain, tls = annotations(), annotations(*TLS)
+    assert {k for k in tls if k.startswith("checksum/")} == {"checksum/config", "checksum/secret"}
+    assert tls["checksum/secret"] == plain["checksum/secret"]
+    assert annotations(TLS[0], "tls.secretName=another-tls") == tls
+
+
+def test_tls_in_sidecar_mode_points_the_config_at_the_mount() -> None:
+    manifests = template(sets=(*TLS, "mode=sidecar"))
+    assert sorted(m["kind"] for m in manifests) == ["ConfigMap"]
+    assert rendered_config(manifests)["tls-cert"] == "/etc/jms-bridge-tls/tls.crt"
+
+
 def test_service_monitor_scrapes_the_admin_port() -> None:
     manifests = template(EVERY_OPTION)
     monitor = by_kind(manifests, "ServiceMonitor")
@@ -294,8 +386,18 @@ def test_bad_values_fail_with_the_schemas_message(sets: tuple[str, ...], message
         (("bridge.broker=activemq", "upstream.management.enabled=true"),
          "are for bridge.broker rabbitmq only"),
         (("pdb.minAvailable=1",), "set one of pdb.minAvailable and pdb.maxUnavailable"),
+        (("tls.enabled=true",), "tls.enabled needs tls.secretName: the name of an existing "
+                                "kubernetes.io/tls Secret with tls.crt and tls.key"),
+        (("tls.enabled=true", "tls.secretName=bridge-tls", "tls.stomp=false"),
+         "tls.enabled needs tls.stomp or tls.amqp"),
+        (("tls.enabled=true", "tls.secretName=bridge-tls", "tls.amqp=true",
+          "bridge.broker=activemq"),
+         "tls.amqp (AMQP 0-9-1 over TLS) is for bridge.broker rabbitmq only"),
+        (("tls.enabled=true", "tls.secretName=bridge-tls", "containerPorts.stompTls=61633"),
+         "containerPorts.stomp and containerPorts.stompTls are both 61633"),
     ],
-    ids=["monitor-without-admin", "activemq-management", "pdb-both"],
+    ids=["monitor-without-admin", "activemq-management", "pdb-both", "tls-without-secret",
+         "tls-without-listener", "tls-amqp-activemq", "tls-port-taken"],
 )
 def test_contradicting_values_fail_with_a_message(sets: tuple[str, ...], message: str) -> None:
     args = ["template", "t", str(CHART)]
@@ -331,6 +433,26 @@ def test_notes_tell_how_to_point_an_application_at_the_bridge(tmp_path: Path) ->
     assert "kubectl port-forward --namespace messaging service/t-jms-bridge" in notes
     sidecar = render_notes(tmp_path / "sidecar", "mode=sidecar")
     assert "Sidecar mode" in sidecar and "t-jms-bridge-config" in sidecar
+
+
+def test_readme_tls_values_render(tmp_path: Path) -> None:
+    readme = (CHART.parents[1] / "README.md").read_text()
+    block = readme.split("**TLS.**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    values = tmp_path / "tls-values.yaml"
+    values.write_text(block)
+    config = rendered_config(template(values))
+    assert {k: v for k, v in config.items() if "tls" in k} == {
+        "tls-cert": "/etc/jms-bridge-tls/tls.crt", "tls-key": "/etc/jms-bridge-tls/tls.key",
+        "tls-client-ca": "/etc/jms-bridge-tls/ca.crt",
+        "stomp-tls-listen": "0.0.0.0:61634", "amqp-tls-listen": "0.0.0.0:5674"}
+
+
+def test_notes_tell_where_the_tls_listeners_are(tmp_path: Path) -> None:
+    notes = render_notes(tmp_path / "tls", *TLS, "tls.amqp=true", "tls.clientCaKey=ca.crt")
+    assert "STOMP over TLS:  t-jms-bridge.messaging.svc:61634" in notes
+    assert "AMQP over TLS:   t-jms-bridge.messaging.svc:5674" in notes
+    assert "the Secret bridge-tls; clients must show a certificate signed by its ca.crt" in notes
+    assert "over TLS" not in render_notes(tmp_path / "plain")
 
 
 def test_readme_sidecar_values_name_what_the_chart_makes() -> None:

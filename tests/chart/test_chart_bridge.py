@@ -53,10 +53,11 @@ def test_bridge_runs_with_the_rendered_config(tmp_path: Path) -> None:
 
     ca = authority(tmp_path / "tls")
     pair = ca.issue("bridge", "localhost")
-    assert rendered["tls-cert"].startswith("/etc/jms-bridge/")
+    assert rendered["tls-cert"].startswith("/etc/jms-bridge-tls/")
     rendered.update({"tls-cert": str(pair.cert), "tls-key": str(pair.key),
                      "tls-client-ca": str(ca.pem), "upstream-ca": str(ca.pem),
-                     "stomp-tls-listen": f"127.0.0.1:{free_port()}"})
+                     "stomp-tls-listen": f"127.0.0.1:{free_port()}",
+                     "amqp-tls-listen": f"127.0.0.1:{free_port()}"})
     config.write_text(yaml.safe_dump(rendered))
     env = secret_env(manifests, by_kind(manifests, "Deployment"))
     assert env["JMS_BRIDGE_UPSTREAM_STOMP"] == f"stomp://guest:guest@{rabbit.stomp_host}:61613"

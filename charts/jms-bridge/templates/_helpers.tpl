@@ -77,6 +77,23 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* TLS: "true" while a TLS listener is on; the Secret's mount, where config.yaml points */}}
+{{- define "jms-bridge.stompTls" -}}
+{{- if and .Values.tls.enabled .Values.tls.stomp -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "jms-bridge.amqpTls" -}}
+{{- if and .Values.tls.enabled .Values.tls.amqp -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "jms-bridge.tlsDir" -}}
+/etc/jms-bridge-tls
+{{- end -}}
+
 {{/* USER:PASS@, percent-encoded as a URL's userinfo ("" without credentials).
 urlquery encodes a space as "+" and a "+" as "%2B", so every "+" left is a space. */}}
 {{- define "jms-bridge.userinfo" -}}
@@ -132,6 +149,18 @@ in the image accepts: it rejects a config file with an unknown key. */}}
 {{- end -}}
 {{- if $b.amqpListen -}}
 {{- $_ := set $c "amqp-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.amqp)) -}}
+{{- end -}}
+{{- if .Values.tls.enabled -}}
+{{- $dir := include "jms-bridge.tlsDir" . -}}
+{{- $_ := set $c "tls-cert" (printf "%s/tls.crt" $dir) -}}
+{{- $_ := set $c "tls-key" (printf "%s/tls.key" $dir) -}}
+{{- with .Values.tls.clientCaKey }}{{ $_ := set $c "tls-client-ca" (printf "%s/%s" $dir .) }}{{ end -}}
+{{- end -}}
+{{- if include "jms-bridge.stompTls" . -}}
+{{- $_ := set $c "stomp-tls-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.stompTls)) -}}
+{{- end -}}
+{{- if include "jms-bridge.amqpTls" . -}}
+{{- $_ := set $c "amqp-tls-listen" (printf "0.0.0.0:%d" (int .Values.containerPorts.amqpTls)) -}}
 {{- end -}}
 {{- $c = mergeOverwrite $c (deepCopy .Values.extraConfig) -}}
 {{- toYaml $c -}}
@@ -190,5 +219,28 @@ httpGet:
 {{- end -}}
 {{- if eq (int .Values.containerPorts.stomp) (int .Values.containerPorts.admin) -}}
 {{- fail "containerPorts.stomp and containerPorts.admin must differ" -}}
+{{- end -}}
+{{- if .Values.tls.enabled -}}
+{{- if not .Values.tls.secretName -}}
+{{- fail "tls.enabled needs tls.secretName: the name of an existing kubernetes.io/tls Secret with tls.crt and tls.key (cert-manager's Certificate makes one)" -}}
+{{- end -}}
+{{- if not (or .Values.tls.stomp .Values.tls.amqp) -}}
+{{- fail "tls.enabled needs tls.stomp or tls.amqp: a TLS listener to turn on" -}}
+{{- end -}}
+{{- if and .Values.tls.amqp (ne .Values.bridge.broker "rabbitmq") -}}
+{{- fail "tls.amqp (AMQP 0-9-1 over TLS) is for bridge.broker rabbitmq only" -}}
+{{- end -}}
+{{- end -}}
+{{- $ports := dict -}}
+{{- $listeners := list (list "stomp" true) (list "admin" true) (list "amqp" (or .Values.service.amqpPortEnabled .Values.bridge.amqpListen)) (list "stompTls" (include "jms-bridge.stompTls" .)) (list "amqpTls" (include "jms-bridge.amqpTls" .)) -}}
+{{- range $listeners -}}
+{{- $name := index . 0 -}}
+{{- if index . 1 -}}
+{{- $port := toString (int (index $.Values.containerPorts $name)) -}}
+{{- with get $ports $port -}}
+{{- fail (printf "containerPorts.%s and containerPorts.%s are both %s: each listener needs a port of its own" . $name $port) -}}
+{{- end -}}
+{{- $_ := set $ports $port $name -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
