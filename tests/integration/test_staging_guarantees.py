@@ -262,8 +262,9 @@ def test_tools_reach_what_either_of_two_engines_holds(broker: Broker, tmp_path: 
     dest = broker.queue_destination(queue)
     # A tool call takes 0.6-1.5 s here, 2-3 s while the whole suite runs: the cancels and
     # releases go at once, in processes of their own, and are done well before the first
-    # message they name is due.
-    delays = [16_000 + 100 * i for i in range(12)]
+    # message they name is due (on a day this machine ran at half speed, the seven took 16.5 s
+    # from the send, with the suite's three test processes beside them: hence 24 s).
+    delays = [24_000 + 100 * i for i in range(12)]
     with private_bridges(broker, tmp_path, n=2) as (layout, (first, second)):
         deadline = time.monotonic() + 20
         while not all("staging engine connected" in p.log() for p in (first, second)):
