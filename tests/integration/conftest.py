@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, Broker, require
+from tests.integration.certs import Authority, authority
 from tests.integration.staging_util import management
 
 
@@ -98,6 +99,12 @@ def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProc
     assert wait_port(port, 20, proc.proc), proc.log()
     yield proc
     assert proc.stop() == 0, proc.log()
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    """A certificate authority made for the module's TLS tests."""
+    return authority(tmp_path_factory.mktemp("ca"))
 
 
 @pytest.fixture

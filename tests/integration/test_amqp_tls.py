@@ -23,14 +23,9 @@ import pytest
 from bridge.frontends.amqp import PROTOCOL_HEADER
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, require
-from tests.integration.certs import Authority, Pair, authority
+from tests.integration.certs import Authority, Pair
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
-    return authority(tmp_path_factory.mktemp("ca"))
 
 
 @pytest.fixture(scope="module")

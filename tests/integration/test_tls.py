@@ -26,18 +26,13 @@ import stomp
 
 from tests.integration.bridgeproc import BridgeProcess, free_port
 from tests.integration.brokers import Broker
-from tests.integration.certs import Authority, Pair, authority
+from tests.integration.certs import Authority, Pair
 from tests.integration.clients import Inbox
 from tests.integration.tcpproxy import TcpProxy
 
 # Without openssl these skip on a developer's machine; with CI set they run, and fail.
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None and not os.environ.get("CI"),
                                 reason="needs openssl (scripts/install-test-deps installs it)")
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
-    return authority(tmp_path_factory.mktemp("ca"))
 
 
 @pytest.fixture(scope="module")

@@ -228,6 +228,8 @@ class _Link:
         self.client_r, self.client_w = reader, writer
         self.up: Upstream | None = None
         self._drained: asyncio.Task[None] | None = None  # while the broker is not read
+        # Past it (the client socket's high-water mark) the client's writer would wait to drain.
+        self._client_high = writer.transport.get_write_buffer_limits()[1]
         peer = writer.get_extra_info("peername")
         self.log = relay.log.bind(conn=next(_ids), peer=f"{peer[0]}:{peer[1]}" if peer else "?")
         if writer.get_extra_info("ssl_object") is not None:
@@ -576,8 +578,7 @@ class _Link:
             up.write(b"".join(back))
         if down and not self.client_gone:
             self.client_w.write(b"".join(down))
-            transport = self.client_w.transport
-            if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
+            if self.client_w.transport.get_write_buffer_size() > self._client_high:
                 up.pause_reading()
                 self._drained = asyncio.ensure_future(self._client_drained())
 
