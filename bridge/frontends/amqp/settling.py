@@ -270,14 +270,7 @@ class ConsumerSide:
         stamp = self._plain_stamp
         if stamp is None:
             return raw
-        parts: list[bytes | memoryview] = []
-        view = memoryview(raw)
-        at = 0  # what is between two deliveries (confirms) goes as it came
-        for _, header_at, body_at, _, _, _, _ in run.deliveries:
-            parts += (view[at:header_at], stamp(raw[header_at:body_at]))
-            at = body_at
-        parts.append(view[at:])
-        return b"".join(parts)
+        return stamp.run(raw, run.deliveries)
 
     def broker_lost(self, why: str) -> None:
         if self.copies is not None:
