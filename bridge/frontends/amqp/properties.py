@@ -14,11 +14,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from pamqp import commands, decode
+from pamqp import commands
 from pamqp import header as pheader
 
 from bridge.frontends.amqp.octets import u16, u64
-from bridge.frontends.amqp.tables import encode_table
+from bridge.frontends.amqp.tables import decode_table, encode_table
 
 # Basic's properties in their wire order: flag bit and type (s: shortstr, o: octet, t: field
 # table, T: timestamp), as pamqp's Basic.Properties states them.
@@ -111,8 +111,7 @@ def read_values(payload: bytes) -> list[Any]:
             values[i] = u64(payload, pos)
             pos += 8
         else:
-            used, values[i] = decode.field_table(payload[pos:])
-            pos += used
+            pos, values[i] = decode_table(payload, pos)
     return values
 
 

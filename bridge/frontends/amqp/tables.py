@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from pamqp import commands
+from pamqp import decode as pdecode
 
-from bridge.frontends.amqp.octets import u16, u32
+from bridge.frontends.amqp.octets import u16, u32, u64
 
 MAX_FIELDS: Final = 1000  # table and array entries per frame, all levels together
 MAX_DEPTH: Final = 32
@@ -148,6 +149,61 @@ def table_entries(table: bytes) -> list[tuple[bytes, int, int]]:
         pos = walk.field(key_end, end, 0)
         out.append((table[start + 1:key_end], start, pos))
     return out
+
+
+def decode_table(data: bytes, pos: int) -> tuple[int, dict[str, Any]]:
+    """(end, table): the field table at ``pos`` (its length first), bounds-checked before
+    (``check_properties``), decoded to the values pamqp's ``decode.field_table`` gives. The
+    scalar types and nested tables are read here; the rest (arrays, floats, decimals,
+    timestamps, byte arrays) by pamqp's own reader. pamqp decodes every entry from a fresh
+    copy of the rest of the table; this reads the bytes where they are."""
+    end = pos + 4 + u32(data, pos)
+    pos += 4
+    table: dict[str, Any] = {}
+    while pos < end:
+        key_end = pos + 1 + data[pos]
+        key = data[pos + 1:key_end].decode("utf-8")
+        pos, table[key] = _decode_value(data, key_end, end)
+    return end, table
+
+
+def _decode_value(data: bytes, pos: int, end: int) -> tuple[int, Any]:
+    """(after, value): the field value whose type octet is at ``pos``, as pamqp reads it."""
+    kind = data[pos]
+    pos += 1
+    if kind == 0x53:  # S: a long string; bytes when it is not UTF-8, as pamqp gives it
+        stop = pos + 4 + u32(data, pos)
+        raw = data[pos + 4:stop]
+        try:
+            return stop, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return stop, raw
+    if kind == 0x49:  # I: signed 32 bits
+        value = u32(data, pos)
+        return pos + 4, value - 0x100000000 if value & 0x80000000 else value
+    if kind == 0x6C or kind == 0x4C:  # l, L: signed 64 bits (pamqp reads both signed)
+        value = u64(data, pos)
+        return pos + 8, value - (1 << 64) if value >> 63 else value
+    if kind == 0x74:  # t
+        return pos + 1, data[pos] != 0
+    if kind == 0x46:  # F: a nested table
+        return decode_table(data, pos)
+    if kind == 0x69:  # i: unsigned 32 bits
+        return pos + 4, u32(data, pos)
+    if kind == 0x73:  # s: signed 16 bits
+        value = u16(data, pos)
+        return pos + 2, value - 0x10000 if value & 0x8000 else value
+    if kind == 0x75:  # u
+        return pos + 2, u16(data, pos)
+    if kind == 0x62:  # b: signed 8 bits
+        value = data[pos]
+        return pos + 1, value - 0x100 if value & 0x80 else value
+    if kind == 0x42:  # B
+        return pos + 1, data[pos]
+    if kind == 0x56 or kind == 0:  # V (and the undocumented 0 pamqp takes for it): void
+        return pos, None
+    used, found = pdecode.embedded_value(data[pos - 1:end])
+    return pos - 1 + used, found
 
 
 def encode_table(table: dict[str, Any]) -> bytes:
