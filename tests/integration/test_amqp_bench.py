@@ -1,7 +1,8 @@
-"""bench/amqp.py and bench/amqp_screen.py at a small size, so that the AMQP benchmarks cannot
-rot: every path publishes and consumes, every delayed publish is staged (and purged at the end),
-and the figures the issue asks for are printed, the CPU budget lines included. The goals are
-the bench's to report, not this test's (this machine's swings decide them)."""
+"""bench/amqp.py, bench/amqp_screen.py and bench/amqp_deliveries.py at a small size, so that the
+AMQP benchmarks cannot rot: every path publishes and consumes, every delayed publish is staged
+(and purged at the end), and the figures the issue asks for are printed, the CPU budget lines
+included. The goals are the bench's to report, not this test's (this machine's swings decide
+them)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,14 @@ def test_the_screen_bench_frames_and_screens_delayed_publishes() -> None:
          "1"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=ENV)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "CPU µs a delayed publish" in done.stdout, done.stdout
+
+
+def test_the_delivery_bench_stamps_remembers_and_settles_every_delivery() -> None:
+    """bench/amqp_deliveries.py checks its own output: every delivery stamped, taken as a run
+    of plain deliveries, and settled by the consumer's acks (it exits non-zero otherwise)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "amqp_deliveries.py"), "--count", "1000",
+         "--batch", "100", "--repeat", "1"], capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "CPU µs a delivery" in done.stdout, done.stdout
