@@ -1,8 +1,5 @@
 """The AMQP front-end's hot modules, compiled with mypyc where a build of them is current.
 
-Besides the front-end's own: the staged copy's envelope, the delay policy and RabbitMQ's
-mapping of STOMP headers to AMQP properties and back, which every delayed publish runs through.
-
 ``scripts/compile`` (run by ``scripts/setup``) compiles ``MODULES`` with mypyc into extension
 modules beside their sources, one shared library for them all (``bridge/_native__mypyc*.so``),
 and writes ``STAMP``: each source's SHA-256 and the Python that built them. Python imports an
@@ -46,9 +43,6 @@ MODULES = (
     "bridge.frontends.amqp.stamping",
     "bridge.frontends.amqp.consumers",
     "bridge.staging.envelope",
-    "policies.delay",
-    "adapters.rabbitmq_stomp",
-    "adapters.amqp_types",
 )
 GROUP = "bridge._native"  # the shared library: bridge/_native__mypyc.<abi>.so
 ROOT = Path(__file__).resolve().parent.parent  # holds bridge/
