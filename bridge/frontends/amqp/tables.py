@@ -179,7 +179,7 @@ def _decode_value(data: bytes, pos: int, end: int) -> tuple[int, Any]:
         except UnicodeDecodeError:
             return stop, raw
     if kind == 0x49:  # I: signed 32 bits
-        value = u32(data, pos)
+        value: int = u32(data, pos)  # (int: the same name holds 64-bit values below)
         return pos + 4, value - 0x100000000 if value & 0x80000000 else value
     if kind == 0x6C or kind == 0x4C:  # l, L: signed 64 bits (pamqp reads both signed)
         value = u64(data, pos)
