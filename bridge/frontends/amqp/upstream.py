@@ -65,6 +65,11 @@ class Upstream(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(data)
 
+    @property
+    def writable(self) -> bool:
+        """False while the socket's buffer is over its high-water mark (``drain`` waits)."""
+        return self._writable
+
     async def drain(self) -> None:
         """Return once the socket's buffer is below its high-water mark, or is closed."""
         if self._writable or self.transport is None or self.transport.is_closing():
