@@ -295,3 +295,32 @@ def test_without_a_channel_of_its_own_a_failure_goes_to_the_broker_as_sent() -> 
     assert isinstance(failure, Failure)
     assert asyncio.run(side.settle(failure)) == b""
     assert sent == [nack] and side.consumers.unsettled() == 0
+
+
+@pytest.mark.parametrize("sizes", [(3, 0, 100), (40_000, 3, 70_000), (20_000, 17_000, 5)])
+def test_a_run_of_deliveries_is_stamped_header_by_header_and_the_rest_kept(
+    sizes: tuple[int, ...],
+) -> None:
+    """``Stamper.run`` (the fast path's stamping of a run) gives what stamping each content
+    header on its own gives, bodies small and large (past the size from which they are not
+    copied) and a confirm between two deliveries kept where it was."""
+    from bridge.frontends.amqp.fastpath import delivery_run
+    from bridge.frontends.amqp.stamping import Stamper
+
+    headers = (("JMSXDeliveryCount", "1"),)
+    props = commands.Basic.Properties(content_type="text/plain", headers={"a": "b"})
+    pieces = []
+    for tag, size in enumerate(sizes, 1):
+        pieces.append(method(B.Deliver(consumer_tag="c", delivery_tag=tag, redelivered=False,
+                                       exchange="", routing_key="q"), 1)
+                      + content_header(1, size, props)
+                      + b"".join(body(1, b"z" * min(4088, size - i))
+                                 for i in range(0, size, 4088)))
+        pieces.append(method(B.Ack(delivery_tag=tag), 1))
+    raw = b"".join(pieces)
+    done, found, confirms, short = delivery_run(raw, None)
+    assert (done, len(found), confirms, short) == (len(raw), len(sizes), len(sizes), False)
+    want = raw
+    for _, header_at, body_at, *_ in reversed(found):
+        want = want[:header_at] + stamped_header(raw[header_at:body_at], headers) + want[body_at:]
+    assert Stamper(headers).run(raw, found) == want

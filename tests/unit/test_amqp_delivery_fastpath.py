@@ -90,7 +90,7 @@ HEADERS = st.sampled_from([None, {"app": "x"}, {"x-delivery-count": 2}, {"JMSXDe
                            {"jms-bridge-delivery-count": "3", "n": 1}])
 ITEM = st.one_of(
     st.tuples(st.just("deliver"), st.sampled_from([1, 2]), st.booleans(), HEADERS,
-              st.sampled_from([0, 1, 100, 5000])),
+              st.sampled_from([0, 1, 100, 5000, 40_000])),  # (40,000: past stamping's copy)
     st.tuples(st.just("get"), st.just(1), st.booleans(), HEADERS, st.just(3)),
     st.tuples(st.just("heartbeat"), st.just(0), st.just(False), st.none(), st.just(0)),
     st.tuples(st.just("method"), st.just(1), st.just(False), st.none(), st.just(0)),

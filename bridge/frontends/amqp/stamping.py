@@ -13,6 +13,7 @@ from bridge.frontends.amqp.fastpath import Found
 from bridge.frontends.amqp.tables import table_entries
 
 _HEADERS_FLAG: Final = 0x2000
+_VIEW_FROM: Final = 16 * 1024  # bytes between two content headers: past this, not copied
 
 
 _ENTRIES: dict[tuple[str, str], bytes] = {}
@@ -65,15 +66,18 @@ class Stamper:
         """A run of deliveries (``fastpath.delivery_run``) with each content header stamped,
         the rest of its bytes (methods, bodies, the confirms between deliveries) as they
         came."""
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
+        view = memoryview(raw)
         at = 0
         for delivery in deliveries:
             header_at = delivery[1]
             body_at = delivery[2]
-            parts.append(raw[at:header_at])
+            # A large body is not copied but once, into the joined bytes; a small one is
+            # cheaper to slice than to view.
+            parts.append(view[at:header_at] if header_at - at > _VIEW_FROM else raw[at:header_at])
             parts.append(self(raw[header_at:body_at]))
             at = body_at
-        parts.append(raw[at:])
+        parts.append(view[at:] if len(raw) - at > _VIEW_FROM else raw[at:])
         return b"".join(parts)
 
     def _stamp(self, raw: bytes) -> bytes:
