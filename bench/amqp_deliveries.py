@@ -21,10 +21,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +32,8 @@ from pamqp import header as pheader
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import callgrind  # noqa: E402
 
 from adapters import rabbitmq  # noqa: E402
 from bridge import compiled  # noqa: E402
@@ -120,21 +118,6 @@ def chunks_of(count: int, batch: int, first_tag: int) -> tuple[list[bytes], list
     return chunks, acks
 
 
-def instructions(count: int, batch: int) -> int:
-    totals = []
-    for n in (count, 11 * count):
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-             __file__, "--count", str(n), "--batch", str(batch), "--repeat", "1", "--quiet"],
-            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-            check=False)
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode != 0 or found is None:
-            raise SystemExit(f"callgrind failed: {done.stderr.strip()[-500:]}")
-        totals.append(int(found.group(1)))
-    return (totals[1] - totals[0]) // (10 * count)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20_000, help="deliveries a run")
@@ -148,10 +131,10 @@ def main() -> int:
         parser.error("--count must be a multiple of --batch, and --batch of 100")
     print(f"AMQP core: {compiled.describe()}", flush=True)
     if args.instructions:
-        if shutil.which("valgrind") is None:
-            raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
         count = min(args.count, 2_000) // args.batch * args.batch
-        print(f"{instructions(count, args.batch):,} instructions a delivery (callgrind, "
+        each = callgrind.per_item(
+            __file__, ["--batch", str(args.batch), "--repeat", "1", "--quiet"], count)
+        print(f"{each:,} instructions a delivery (callgrind, "
               f"{count} and {11 * count} deliveries)")
         return 0
     conn, side = consuming_side()

@@ -19,10 +19,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +30,8 @@ from pamqp import header as pheader
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import callgrind  # noqa: E402
 
 from adapters import rabbitmq  # noqa: E402
 from adapters.base import PutCheck  # noqa: E402
@@ -89,23 +87,6 @@ def run(conn: ProxyConnection, screen: PublishScreen, data: bytes, count: int) -
                     raise SystemExit(f"the screen gave {staged!r}, not a staged copy's bytes")
 
 
-def instructions(count: int) -> int:
-    """Instructions a publish: callgrind's totals for ``count`` and ``11 * count``, differenced
-    (the imports and the set-up cancel out)."""
-    totals = []
-    for n in (count, 11 * count):
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-             __file__, "--count", str(n), "--repeat", "1", "--quiet"],
-            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-            check=False)
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode != 0 or found is None:
-            raise SystemExit(f"callgrind failed: {done.stderr.strip()[-500:]}")
-        totals.append(int(found.group(1)))
-    return (totals[1] - totals[0]) // (10 * count)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000, help="publishes a run")
@@ -116,10 +97,9 @@ def main() -> int:
     args = parser.parse_args()
     print(f"AMQP core: {compiled.describe()}", flush=True)
     if args.instructions:
-        if shutil.which("valgrind") is None:
-            raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
         count = min(args.count, 300)
-        print(f"{instructions(count):,} instructions a delayed publish (callgrind, "
+        each = callgrind.per_item(__file__, ["--repeat", "1", "--quiet"], count)
+        print(f"{each:,} instructions a delayed publish (callgrind, "
               f"{count} and {11 * count} publishes)")
         return 0
     conn, screen = screened_connection()

@@ -1,5 +1,6 @@
 """A bounds check of a method's arguments and a content header's properties, walked over the
-bytes before pamqp decodes them.
+bytes before pamqp (or ``decode_table``, for a publish's header table) decodes them; and field
+tables written and read.
 
 pamqp trusts lengths: a field array that announces more bytes than the frame holds makes its
 decoder loop forever (an empty rest decodes as a zero-byte void), and every table entry is
