@@ -189,3 +189,39 @@ def test_what_followed_a_refused_publish_on_its_channel_is_dropped_by_recheck() 
     assert [getattr(e, "publishes", None) for e in kept] == [1, None]
     again = conn.recheck(kept)  # nothing on channel 1 left to drop
     assert [e.raw for e in again] == [e.raw for e in kept]
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), needles=st.sampled_from([((), ()), KEY, MENTION]))
+def test_a_chunk_taken_whole_as_plain_is_what_client_data_gives_as_one_run(
+    seed: int, needles: Needles
+) -> None:
+    """``client_plain`` (the link's taking of a read where it arrives) takes a chunk only when
+    ``client_data`` would give it as one ``PlainRun`` of all of it, with the same count, and
+    changes nothing when it does not take it: a relay asking it first sends the broker the
+    same bytes and fails at the same place."""
+    rng = random.Random(seed)
+    stream = b"".join(message(rng, rng.choice([1, 1, 2]), needles == KEY)
+                       for _ in range(rng.randint(1, 40)))
+    chunks = random_chunks(stream, rng)
+    asked, plain = opened(needles), opened(needles)
+    taken = 0
+    for chunk in chunks:
+        publishes = asked.client_plain(chunk)
+        try:
+            events = plain.client_data(chunk)
+        except AmqpProtocolError:
+            assert not publishes
+            break
+        if publishes:
+            taken += 1
+            assert len(events) == 1 and isinstance(events[0], PlainRun)
+            assert (events[0].raw, events[0].publishes) == (chunk, publishes)
+            continue
+        assert not (len(events) == 1 and isinstance(events[0], PlainRun)
+                    and events[0].raw == chunk), "a whole plain chunk not taken"
+        try:
+            again = asked.client_data(chunk)  # what was not taken: as if never asked
+        except AmqpProtocolError:
+            pytest.fail("client_data failed on the connection asked first, not on the other")
+        assert [e.raw for e in again] == [e.raw for e in events]

@@ -283,6 +283,19 @@ class ProxyConnection:
             data, self._client_tail = self._client_tail + data, b""
         return self._framed(data)
 
+    def client_plain(self, data: bytes) -> int:
+        """How many publishes ``data`` is, when it is nothing but whole publishes the fast path
+        relays as they came (none holding a needle) and nothing is held from before: what
+        ``client_data`` would give as one ``PlainRun`` of all of it, for the caller to send up
+        as it is. 0, with nothing changed, otherwise: give ``data`` to ``client_data``."""
+        needles = self.screen_needles
+        if (needles is None or self.state is not State.OPEN or self._closing
+                or self._client_tail or not self._client.idle or not self._publishes.idle):
+            return 0
+        done, publishes, _, screened = plain_run(
+            data, self._client.limit, self.max_body_size, self.own_channel, needles, True)
+        return publishes if done == len(data) and not screened else 0
+
     def _run_events(self, data: bytes, done: int, publishes: int,
                     screened: list[Screened]) -> list[Event]:
         """A run's publishes as events: those that hold a needle as Messages (framed from their

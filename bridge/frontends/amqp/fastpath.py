@@ -54,7 +54,8 @@ Screened = tuple[int, int, int, list[tuple[int, int]], int]
 
 
 def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
-              needles: Needles = ((), ())) -> tuple[int, int, bool, list[Screened]]:
+              needles: Needles = ((), ()), first_screened: bool = False,
+              ) -> tuple[int, int, bool, list[Screened]]:
     """(bytes, publishes, short, screened): how many leading bytes of ``data`` are whole
     publishes of the plain kind, how many publishes they are, whether what follows them is
     such a publish so far, cut short by the end of ``data``, and which of them hold one of
@@ -62,8 +63,11 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
     relayed as they came): one of its header-table keys in its content header frame, when that
     has a header table, or one of its mentions in its method frame (where the screen looks for
     them). ``limit`` is the largest frame (its 8 bytes of overhead included), ``max_body`` the
-    largest body, ``own`` the bridge's own channel. (Frame headers are read octet by octet: as
-    C, that costs a tenth of what ``struct`` did, which made a tuple of objects each time.)"""
+    largest body, ``own`` the bridge's own channel. With ``first_screened`` it stops at the
+    first publish that holds a needle (the run found so far, and that one as ``screened``):
+    enough to tell that ``data`` is not all publishes to relay as they came. (Frame headers
+    are read octet by octet: as C, that costs a tenth of what ``struct`` did, which made a
+    tuple of objects each time.)"""
     keys, mentions = needles
     size_of = len(data)
     done = count = 0
@@ -123,6 +127,8 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
                                                              header_end))
                 or (mentions and _holds(data, mentions, start, header_at))):
             screened.append((count, start, header_at, _frames(data, header_end, pos), pos))
+            if first_screened:
+                return done, count, False, screened
         done = pos
         count += 1
     return done, count, start < size_of, screened
