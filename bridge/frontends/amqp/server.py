@@ -406,8 +406,7 @@ class _Link:
         return None
 
     async def _client_to_broker(self, first: bytes) -> None:
-        up = self.up
-        assert up is not None
+        assert self.up is not None
         read = self.client_r.read
         stats = self.relay.stats
         while True:
@@ -439,24 +438,16 @@ class _Link:
                 await self.client_w.drain()
                 return
             self._count(events, stats.methods_up)
-            if len(events) == 1 and type(events[0]) is PlainRun:
-                # Publishes nobody needs to see, the read's whole (most reads of a publisher):
-                # up as they came, with no turn of the event loop unless the socket is full.
-                up.write(events[0].raw)
-                if not up.writable:
-                    await up.drain()
-            else:
-                try:
-                    await self._carry(events)
-                except _GiveUp:
-                    return
-                except AmqpProtocolError as exc:  # properties pamqp cannot read, found when read
-                    stats.protocol_errors[exc.kind] += 1
-                    self.log.info("client protocol error", code=exc.reply_code,
-                                  text=exc.reply_text)
-                    self.client_w.write(exc.reply())
-                    await self.client_w.drain()
-                    return
+            try:
+                await self._carry(events)
+            except _GiveUp:
+                return
+            except AmqpProtocolError as exc:  # properties pamqp cannot read, found when read
+                stats.protocol_errors[exc.kind] += 1
+                self.log.info("client protocol error", code=exc.reply_code, text=exc.reply_text)
+                self.client_w.write(exc.reply())
+                await self.client_w.drain()
+                return
             if self._account():
                 await self._may_read.wait()
 
