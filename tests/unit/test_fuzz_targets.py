@@ -40,7 +40,9 @@ def test_a_short_fuzzing_run_finds_nothing(target: str, tmp_path: Path) -> None:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-4000:]
-    assert re.search(r"Done 2000 runs", done.stderr), done.stderr[-2000:]
+    # (libFuzzer may count one run past -runs: "Done 2001 runs" was seen in CI.)
+    ran = re.search(r"Done (\d+) runs", done.stderr)
+    assert ran is not None and int(ran.group(1)) >= 2000, done.stderr[-2000:]
 
 
 # -- regressions: bugs the fuzzers found ---------------------------------------------------------
