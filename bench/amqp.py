@@ -57,6 +57,7 @@ from pamqp import header as pheader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import bridge as _decides_the_build  # noqa: E402,F401  (first: bridge/compiled.py)
 from adapters.rabbitmq import CLASSIC_ARGUMENTS  # noqa: E402
 from bridge import compiled  # noqa: E402
 from bridge.frontends.amqp.framer import Framer  # noqa: E402

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import callgrind  # noqa: E402
 
+import bridge as _decides_the_build  # noqa: E402,F401  (first: bridge/compiled.py)
 from adapters import rabbitmq  # noqa: E402
 from bridge import compiled  # noqa: E402
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER  # noqa: E402

@@ -1,20 +1,24 @@
-"""The AMQP front-end's hot modules, compiled with mypyc where a build of them is current.
+"""The AMQP path's hot modules, compiled with mypyc where a build of them is current.
+
+Besides the front-end's own: the staged copy's envelope, the delay policy and RabbitMQ's
+mapping of STOMP headers to AMQP properties and back, which every delayed publish runs through.
 
 ``scripts/compile`` (run by ``scripts/setup``) compiles ``MODULES`` with mypyc into extension
-modules beside their sources, one shared library for them all (``bridge/_native__mypyc*.so``),
-and writes ``STAMP``: each source's SHA-256 and the Python that built them. Python imports an
-extension module before a source file of the same name, so those modules then run as C: a
-delayed publish costs the front-end about a third less.
+modules under ``build/native/`` (``BUILD``), laid out as their packages are, one shared library
+for them all (``bridge/_native__mypyc*.so`` there), and writes ``build/native/stamp.json``: each
+source's SHA-256 and the Python that built them. Nothing compiled lies beside a source, so an
+import that nobody steers finds the source: a module of ``adapters`` or ``policies`` imported
+before ``bridge`` (they may not import it) is its source file, never an unchecked build.
 
 The build is taken only whole and only while it matches the sources. ``install()``, called when
-the ``bridge`` package is imported (before any of them can be), checks every source file of
-``PACKAGES`` against the stamp: the compiled modules' own, and those of the modules they import
-(mypyc may take a constant of one into the C it writes). When one differs (a source edited,
-added or removed since the build), when the stamp or a module's extension is missing, or when
-``JMS_BRIDGE_PURE`` is set to anything but ``0`` or an empty value, it puts a finder first on
-``sys.meta_path`` that imports all of them from their sources. All or none: compiled modules
-call each other inside their shared library, past the module objects, so one module from its
-source and one compiled could run two versions of the code.
+the ``bridge`` package is imported, checks every source file of ``PACKAGES`` against the stamp:
+the compiled modules' own, and those of the modules they import (mypyc may take a constant of
+one into the C it writes). Only when every one matches, every extension module is there,
+``JMS_BRIDGE_PURE`` is unset (or ``0``) and none of ``MODULES`` was imported before (from its
+source, then), it puts a finder first on ``sys.meta_path`` that imports all of them from the
+build. All or none: compiled modules call each other inside their shared library, past the
+module objects, so one module from its source and one compiled could run two versions of the
+code.
 """
 
 from __future__ import annotations
@@ -43,12 +47,24 @@ MODULES = (
     "bridge.frontends.amqp.stamping",
     "bridge.frontends.amqp.consumers",
     "bridge.staging.envelope",
+    "policies.delay",
+    "adapters.rabbitmq_stomp",
+    "adapters.amqp_types",
 )
-GROUP = "bridge._native"  # the shared library: bridge/_native__mypyc.<abi>.so
+GROUP = "bridge._native"  # the shared library: build/native/bridge/_native__mypyc.<abi>.so
+LIBRARY = GROUP + "__mypyc"  # the module name its modules import it by
 ROOT = Path(__file__).resolve().parent.parent  # holds bridge/
-STAMP = ROOT / "bridge" / ".native-build.json"
 PURE_ENV = "JMS_BRIDGE_PURE"
 PACKAGES = ("bridge", "adapters", "policies")  # every source a build depends on
+
+
+def build_dir(root: Path = ROOT) -> Path:
+    """Where ``scripts/compile`` leaves the extension modules and the stamp."""
+    return root / "build" / "native"
+
+
+BUILD = build_dir()
+STAMP = BUILD / "stamp.json"
 
 
 def source(module: str, root: Path = ROOT) -> Path:
@@ -71,8 +87,9 @@ def stamp_text(modules: Sequence[str] = MODULES, root: Path = ROOT,
                        "sources": digests(root, packages)}, indent=1)
 
 
-def _extension(module: str, root: Path) -> Path | None:
-    base = source(module, root).with_suffix("")
+def extension(module: str, root: Path = ROOT) -> Path | None:
+    """The build's extension module for ``module`` (None: there is none)."""
+    base = build_dir(root).joinpath(*module.split("."))
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         found = base.with_name(base.name + suffix)
         if found.exists():
@@ -92,7 +109,7 @@ def why_pure(modules: Sequence[str] = MODULES, root: Path = ROOT,
 def stale(modules: Sequence[str] = MODULES, root: Path = ROOT,
           packages: Sequence[str] = PACKAGES) -> str | None:
     """Why the build on disk cannot be taken (None: it is current and complete)."""
-    stamp = root / "bridge" / STAMP.name
+    stamp = build_dir(root) / STAMP.name
     try:
         built = json.loads(stamp.read_text())
     except FileNotFoundError:
@@ -113,24 +130,33 @@ def stale(modules: Sequence[str] = MODULES, root: Path = ROOT,
     changed = sorted(name for name in now.keys() | then.keys() if now.get(name) != then.get(name))
     if changed:
         return (f"{changed[0]} changed since the build (scripts/compile builds it again)")
-    missing = [m for m in modules if _extension(m, root) is None]
+    missing = [m for m in (*modules, LIBRARY) if extension(m, root) is None]
     if missing:
         return f"{missing[0]} has no compiled module"
     return None
 
 
-class _FromSource(importlib.abc.MetaPathFinder):
-    """Imports the named modules from their source files, ahead of any compiled module."""
+def imported_before(modules: Sequence[str] = MODULES) -> str | None:
+    """Why a build can no longer be taken in this process (None: it still can)."""
+    early = [m for m in (*modules, LIBRARY) if m in sys.modules]
+    if early:
+        return f"{early[0]} was imported (from its source) before the bridge"
+    return None
 
-    def __init__(self, names: Sequence[str], root: Path) -> None:
-        self.files = {name: source(name, root) for name in names}
+
+class _FromBuild(importlib.abc.MetaPathFinder):
+    """Imports the named modules from the build's extension modules."""
+
+    def __init__(self, files: dict[str, Path]) -> None:
+        self.files = files
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         file = self.files.get(fullname)
         if file is None:
             return None
-        return importlib.util.spec_from_file_location(fullname, file)
+        loader = importlib.machinery.ExtensionFileLoader(fullname, str(file))
+        return importlib.util.spec_from_file_location(fullname, file, loader=loader)
 
 
 _state: dict[str, str | None] = {}
@@ -140,10 +166,11 @@ def install() -> None:
     """Decide, once per process, whether ``MODULES`` are imported compiled or from source."""
     if "why_pure" in _state:
         return
-    reason = why_pure()
+    reason = why_pure() or imported_before()
     _state["why_pure"] = reason
-    if reason is not None:
-        sys.meta_path.insert(0, _FromSource(MODULES, ROOT))
+    if reason is None:
+        files = {m: extension(m) for m in (*MODULES, LIBRARY)}
+        sys.meta_path.insert(0, _FromBuild({m: f for m, f in files.items() if f is not None}))
 
 
 def describe() -> str:
@@ -151,5 +178,5 @@ def describe() -> str:
     install()
     reason = _state["why_pure"]
     if reason is None:
-        return f"{len(MODULES)} AMQP front-end modules compiled with mypyc"
+        return f"{len(MODULES)} modules of the AMQP path compiled with mypyc"
     return f"pure Python: {reason}"
