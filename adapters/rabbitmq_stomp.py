@@ -91,7 +91,6 @@ def amqp_properties(headers: Mapping[str, str]) -> pika.BasicProperties:
 def plugin_properties(given: Mapping[str, str]) -> dict[str, Any]:
     """``amqp_properties`` as a dict of the properties set, by pika's attribute names (what the
     AMQP front-end writes without building pika's object)."""
-    # (As a dict: compiled, its lookups are then a dict's, not any mapping's method calls.)
     headers: dict[str, str] = given if type(given) is dict else dict(given)
     if "message-id" in headers:
         raise ValueError("'message-id' is not allowed on a message to RabbitMQ")

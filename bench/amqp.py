@@ -57,9 +57,7 @@ from pamqp import header as pheader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import bridge as _decides_the_build  # noqa: E402,F401  (first: bridge/compiled.py)
 from adapters.rabbitmq import CLASSIC_ARGUMENTS  # noqa: E402
-from bridge import compiled  # noqa: E402
 from bridge.frontends.amqp.framer import Framer  # noqa: E402
 
 GOALS = {"bridge/relay": 0.95, "delayed/plain": 0.5}
@@ -570,7 +568,6 @@ def main() -> int:
             report["broker_alone"] = asyncio.run(broker_alone(args))
         if "bridge" in procs:
             report["bridge_peak_rss_mb"] = procs["bridge"].peak_rss_mb()
-            report["amqp_core"] = compiled.describe()  # the bridge's process decides the same
     finally:
         for p in procs.values():
             p.stop()
@@ -621,7 +618,6 @@ def main() -> int:
         print(f"  {name:24}{value:6.3f}{verdict}")
     if "bridge_peak_rss_mb" in report:
         print(f"  bridge peak RSS {report['bridge_peak_rss_mb']:.1f} MB (front-end process)")
-        print(f"  bridge AMQP core: {report['amqp_core']}")
     report["ratios"] = ratios
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

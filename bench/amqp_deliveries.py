@@ -35,9 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import callgrind  # noqa: E402
 
-import bridge as _decides_the_build  # noqa: E402,F401  (first: bridge/compiled.py)
 from adapters import rabbitmq  # noqa: E402
-from bridge import compiled  # noqa: E402
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER  # noqa: E402
 from bridge.frontends.amqp.connection import DeliveryRun, ProxyConnection, State  # noqa: E402
 from bridge.frontends.amqp.settling import ConsumerSide  # noqa: E402
@@ -130,7 +128,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.count % args.batch or args.batch % 100:
         parser.error("--count must be a multiple of --batch, and --batch of 100")
-    print(f"AMQP core: {compiled.describe()}", flush=True)
     if args.instructions:
         count = min(args.count, 2_000) // args.batch * args.batch
         each = callgrind.per_item(

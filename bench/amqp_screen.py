@@ -33,10 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 import callgrind  # noqa: E402
 
-import bridge as _decides_the_build  # noqa: E402,F401  (first: bridge/compiled.py)
 from adapters import rabbitmq  # noqa: E402
 from adapters.base import PutCheck  # noqa: E402
-from bridge import compiled  # noqa: E402
 from bridge.frontends.amqp.assembler import Message  # noqa: E402
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER  # noqa: E402
 from bridge.frontends.amqp.connection import ProxyConnection, State  # noqa: E402
@@ -96,7 +94,6 @@ def main() -> int:
                         help="count instructions with valgrind's callgrind instead")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"AMQP core: {compiled.describe()}", flush=True)
     if args.instructions:
         count = min(args.count, 300)
         each = callgrind.per_item(__file__, ["--repeat", "1", "--quiet"], count)

@@ -9,11 +9,6 @@ import pytest
 import structlog
 from hypothesis import settings
 
-# First of the project's packages: the bridge decides whether its compiled build is taken only
-# while none of the modules it compiles has been imported (bridge/compiled.py); a test module
-# that imports policies or adapters first would otherwise send the whole suite to the sources.
-import bridge  # noqa: F401
-
 # Property tests check what is parsed or refused, never how fast: on two shared cores a busy
 # moment must not fail one example for exceeding hypothesis's default 200 ms deadline.
 settings.register_profile("jms-bridge", deadline=None, print_blob=True)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import PutCheck, StagedFormat
-from bridge import compiled
 from bridge.app import dlq, logs
 from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
@@ -329,7 +328,6 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         stomp_tls=str(settings.stomp_tls_listen) if settings.stomp_tls_listen else "off",
         amqp=str(settings.amqp_listen) if settings.amqp_listen else "off",
         amqp_tls=str(settings.amqp_tls_listen) if settings.amqp_tls_listen else "off",
-        amqp_core=compiled.describe(),
         admin=str(settings.admin_listen),
         admin_token="file" if tokens is not None else "none: /staged refused",
         upstream=str(settings.upstream_stomp),

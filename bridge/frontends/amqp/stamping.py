@@ -1,8 +1,7 @@
 """A content header frame with header-table entries set (a delivery's ``JMSXDeliveryCount``),
 on its bytes: the entries are spliced in at the end of its header table (or a table made for
 them), and the application's own entries keep their bytes, their order and their integer
-widths. Compiled with mypyc (``bridge.compiled``): every delivery a consumer is handed through
-the bridge is stamped.
+widths.
 """
 
 from __future__ import annotations
