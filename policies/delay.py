@@ -67,7 +67,8 @@ class DelayConfig:
         "x-delay",
         "AMQ_SCHEDULED_DELAY",
     )  # relative ms
-    absolute_headers: tuple[str, ...] = ("JMSDeliveryTime",)  # absolute epoch ms
+    # absolute epoch ms: JMS 2.0's, and Artemis' (what applications leaving Artemis send)
+    absolute_headers: tuple[str, ...] = ("JMSDeliveryTime", "_AMQ_SCHED_DELIVERY")
     max_delay_ms: int = 400 * DAY_MS
     disabled_destinations: tuple[str, ...] = ()  # patterns, see matches()
     staging_prefix: str = "jms-bridge.staging"

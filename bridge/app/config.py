@@ -44,7 +44,7 @@ class Settings:
     log_level: str = "info"
     staging_engine: bool = True
     delay_headers: tuple[str, ...] = ("x-delay", "AMQ_SCHEDULED_DELAY")
-    delivery_time_headers: tuple[str, ...] = ("JMSDeliveryTime",)
+    delivery_time_headers: tuple[str, ...] = ("JMSDeliveryTime", "_AMQ_SCHED_DELIVERY")
     delay_disabled: tuple[str, ...] = ()
     staging_prefix: str = "jms-bridge.staging"
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at

@@ -251,3 +251,19 @@ def test_publishes_sent_after_a_refused_one_on_its_channel_are_dropped_not_fatal
     assert bodies == [b"on-2"]
     assert amqp_bridge.metric("jms_bridge_staged_total") == staged_before
     conn.close()
+
+
+def test_artemis_scheduled_delivery_time_in_a_header_table(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    """``_AMQ_SCHED_DELIVERY`` as an AMQP long (epoch ms) delays as ``JMSDeliveryTime`` does."""
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    due = time.time() + 1.5
+    channel.basic_publish("", amqp_queue, b"artemis", pika.BasicProperties(
+        headers={"_AMQ_SCHED_DELIVERY": int(due * 1000)}))
+    got = _get(channel, amqp_queue, 10)
+    assert got is not None, amqp_bridge.log()[-2000:]
+    assert time.time() >= due - 0.001, "delivered before its _AMQ_SCHED_DELIVERY"
+    conn.close()

@@ -337,3 +337,21 @@ def test_tools_not_allowed_to_give_orders_use_the_queues_only(broker: Broker) ->
     assert "MQRC_NOT_AUTHORIZED" in done.stderr
     assert "Traceback" not in done.stderr
     print(f"{broker.name}: {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.parametrize("header", ["JMSDeliveryTime", "_AMQ_SCHED_DELIVERY"])
+def test_an_absolute_delivery_time_is_kept(bridge: BridgeProcess, broker: Broker, queue: str,
+                                           header: str) -> None:
+    """JMS 2.0's ``JMSDeliveryTime`` and Artemis' ``_AMQ_SCHED_DELIVERY`` (epoch ms) ask for
+    delivery at that time, with no setting."""
+    conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(queue)
+    conn.subscribe(dest, id="d", ack="auto")
+    due = now_ms() + 1500
+    conn.send(dest, "at", headers={header: str(due)})
+    (m,) = inbox.take(1, timeout=15) or [None]
+    arrived = now_ms()
+    conn.disconnect()
+    assert m is not None, bridge.log()[-2000:]
+    assert arrived >= due, f"arrived {due - arrived} ms before its {header}"
+    assert header not in m.headers

@@ -96,6 +96,7 @@ def test_delay_header_names_for_stripping() -> None:
         "x-delay",
         "AMQ_SCHEDULED_DELAY",
         "JMSDeliveryTime",
+        "_AMQ_SCHED_DELIVERY",
     )
     config = DelayConfig(relative_headers=("delay",), absolute_headers=("deliver-at",))
     assert config.delay_header_names() == ("delay", "deliver-at")
