@@ -247,7 +247,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         limits=Limits(max_frame_bytes=settings.max_frame_bytes),
         max_buffered_bytes=settings.max_buffered_bytes,
         upstream_ssl=upstream_ssl,
-        readiness=watch.readiness,
+        settled=watch.settled,
     )
     # The AMQP listener's upstream: each client's own connection goes to the first of its nodes
     # that answers, over TLS for amqps:// (verified as the bridge's own connections are); the
@@ -294,7 +294,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
                          max_body_size=settings.max_frame_bytes,
                          max_connections=settings.max_connections,
                          max_per_address=settings.max_connections_per_address,
-                         readiness=watch.readiness,
+                         settled=watch.settled,
                          handshake_timeout=settings.handshake_timeout,
                          budget=stomp.budget)
         where = settings.amqp_listen

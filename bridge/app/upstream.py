@@ -4,14 +4,16 @@ A bridge starts whatever the broker does (a sidecar often starts before its brok
 at once; ``BrokerWatch.run`` then waits for the broker in the background, with a backoff that
 has jitter and a low cap (several bridges must not knock in step, and the first try after the
 broker is back comes within ``RETRY_MAX_S``), and declares the staging queues once it answers.
-Until then ``/readyz`` says why not, and a client's CONNECT gets an ERROR frame naming the
-broker. ``--upstream-wait SECONDS`` asks for the old behaviour: ``wait`` gives up after that
+Until then ``/readyz`` says why not. A client that connects before the first try has ended
+waits for it (``settled``), so an application started beside its bridge is served; after a
+failed try, a client's CONNECT gets an ERROR frame naming the broker. ``--upstream-wait SECONDS`` asks for the old behaviour: ``wait`` gives up after that
 long, and the bridge exits naming the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -42,6 +44,7 @@ class BrokerWatch:
         self.problem: str | None = "not yet checked"
         self.prepared = False
         self.ready_at: float | None = None  # monotonic time the broker was set up
+        self._tried = asyncio.Event()  # set when the first try has ended, either way
         self._log = logs.get("bridge")
 
     def readiness(self) -> str | None:
@@ -49,6 +52,14 @@ class BrokerWatch:
         if self.prepared:
             return None
         return f"{self.name} STOMP at {self.target} is not reachable: {self.problem}"
+
+    async def settled(self, timeout: float) -> str | None:
+        """``readiness()`` once the broker has been tried at least once (waiting at most
+        ``timeout`` s for that first try)."""
+        if not self._tried.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._tried.wait(), timeout)
+        return self.readiness()
 
     async def _attempt(self, quiet: bool = False) -> str | None:
         """One try: None when the broker answered and the staging queues are declared.
@@ -65,6 +76,10 @@ class BrokerWatch:
             self._log.warning("broker not reachable; retrying", broker=self.name,
                               upstream=str(self.target), problem=problem)
         self.problem = problem
+        if problem is None and not self.prepared:
+            self.prepared = True
+            self.ready_at = time.monotonic()
+        self._tried.set()
         return problem
 
     async def wait(self, patience: float | None = None, *, quiet: bool = False) -> None:
@@ -79,8 +94,6 @@ class BrokerWatch:
         started = time.monotonic()
         if await retrying(self._attempt, quiet) is not None:
             raise BrokerUnavailable(self.readiness() or "")
-        self.prepared = True
-        self.problem = None
-        self.ready_at = time.monotonic()
+        assert self.ready_at is not None
         self._log.info("broker reachable; staging queues declared", broker=self.name,
                        upstream=str(self.target), waited_s=round(self.ready_at - started, 3))

@@ -42,3 +42,8 @@ class CheckRunner:
         except Exception as exc:  # the check's own fallback failed: never hold frames forever
             self._log.error("check failed", key=repr(hold.key), error=repr(exc))
         holder.checked()
+
+
+async def always_ready(timeout: float) -> str | None:
+    """A listener's ``settled`` when nothing has to be waited for: never a reason to refuse."""
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,11 +14,13 @@ if TYPE_CHECKING:
 
 class TcpProxy:
     """``accepting=False``: the port is bound but refuses connections, as a broker that has not
-    started yet does, until ``open()``."""
+    started yet does, until ``open()``. ``hold_s``: each connection is taken on only after that
+    long, as a broker slow to answer (one still starting, or far away) takes it."""
 
     def __init__(self, target: tuple[str, int], *, accepting: bool = True,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, hold_s: float = 0.0) -> None:
         self.target = target
+        self.hold_s = hold_s
         self.tls = tls  # given: a TLS server in front of a plain one (a broker's TLS port)
         self.port = 0
         self.listener = self._bind()
@@ -61,19 +64,27 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
-            try:
-                if self.tls is not None:
-                    client.settimeout(10)
-                    client = self.tls.wrap_socket(client, server_side=True)
-                    client.settimeout(None)
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()  # the broker itself is not there: the client sees it go
-                continue
-            with self._lock:
-                self.pairs.append((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._copy, args=(a, b), daemon=True).start()
+            if self.hold_s:
+                threading.Thread(target=self._take, args=(client,), daemon=True).start()
+            else:
+                self._take(client)
+
+    def _take(self, client: socket.socket) -> None:
+        if self.hold_s:
+            time.sleep(self.hold_s)
+        try:
+            if self.tls is not None:
+                client.settimeout(10)
+                client = self.tls.wrap_socket(client, server_side=True)
+                client.settimeout(None)
+            upstream = socket.create_connection(self.target)
+        except OSError:
+            client.close()  # the broker itself is not there: the client sees it go
+            return
+        with self._lock:
+            self.pairs.append((client, upstream))
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._copy, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _copy(src: socket.socket, dst: socket.socket) -> None:
@@ -110,11 +121,12 @@ class Away:
     """Every way from a bridge to its broker (STOMP, and AMQP on RabbitMQ) through a proxy of
     its own, refusing connections until ``open()``: the broker away, at start or later."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.proxies = [TcpProxy((broker.stomp_host, broker.stomp_port), accepting=False)]
+    def __init__(self, broker: Broker, *, accepting: bool = False, hold_s: float = 0.0) -> None:
+        self.proxies = [TcpProxy((broker.stomp_host, broker.stomp_port), accepting=accepting,
+                                 hold_s=hold_s)]
         self.extra: list[str] = []
         if broker.name == "rabbitmq":
-            amqp = TcpProxy(("127.0.0.1", 5672), accepting=False)
+            amqp = TcpProxy(("127.0.0.1", 5672), accepting=accepting, hold_s=hold_s)
             self.proxies.append(amqp)
             self.extra = ["--upstream-amqp", f"amqp://guest:guest@127.0.0.1:{amqp.port}/%2F"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import stomp
 
 from adapters import activemq, rabbitmq
 from bridge.staging.levels import layout_for
-from tests.integration.bridgeproc import BridgeProcess, free_port
+from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import Inbox, connect
 from tests.integration.staging_util import clean
@@ -28,8 +29,9 @@ from tests.integration.test_staging_guarantees import Arrivals, now_ms
 
 
 @contextmanager
-def bridge_before_broker(broker: Broker, tmp: Path) -> Iterator[tuple[BridgeProcess, Away]]:
-    away = Away(broker)
+def bridge_before_broker(broker: Broker, tmp: Path, *, accepting: bool = False,
+                         hold_s: float = 0.0) -> Iterator[tuple[BridgeProcess, Away]]:
+    away = Away(broker, accepting=accepting, hold_s=hold_s)
     fmt = {"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}[broker.name]
     layout = layout_for(fmt, f"jbt-staging-{uuid.uuid4().hex[:8]}")
     bridge = BridgeProcess(broker.name, f"127.0.0.1:{away.stomp_port}", tmp / "bridge.log",
@@ -186,3 +188,40 @@ def test_amqp_clients_are_told_the_broker_is_away_and_the_connection_limit(
         assert "--max-connections-per-address" in repr(limit_error.value)
         for conn in held:
             conn.close()
+
+
+def test_clients_that_connect_while_the_bridge_starts_are_served(
+        broker: Broker, tmp_path: Path, queue: str) -> None:
+    """A sidecar and its application start together: a CONNECT (and on RabbitMQ an AMQP
+    protocol header) sent the moment the bridge's port opens, before its first check of a
+    broker that is slow to answer has ended, waits for that check and is served."""
+    dest = broker.queue_destination(queue)
+    amqp_port = free_port()
+    with bridge_before_broker(broker, tmp_path, accepting=True, hold_s=1.5) as (bridge, away):
+        if broker.name == "rabbitmq":
+            bridge.extra += ["--amqp-listen", f"127.0.0.1:{amqp_port}"]
+        bridge.start(ready=False)
+        assert bridge.http("/readyz")[0] != 200, "the first check ended before the test began"
+        amqp_problem: list[str] = []
+
+        def amqp_client() -> None:
+            try:
+                assert wait_port(amqp_port, 10, bridge.proc), "no AMQP listener"
+                pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", amqp_port, connection_attempts=1, socket_timeout=10,
+                    blocked_connection_timeout=10)).close()
+            except Exception as exc:  # reported by the test's thread
+                amqp_problem.append(repr(exc))
+        amqp = threading.Thread(target=amqp_client)
+        if broker.name == "rabbitmq":
+            amqp.start()
+        conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+        conn.subscribe(dest, id="s", ack="auto")
+        conn.send(dest, "first", headers={"x-delay" if broker.name == "rabbitmq"
+                                          else "AMQ_SCHEDULED_DELAY": "200"}, receipt="r")
+        (m,) = inbox.take(1, timeout=15) or [None]
+        assert m is not None and m.body == "first", bridge.log()[-2000:]
+        conn.disconnect()
+        if broker.name == "rabbitmq":
+            amqp.join(30)
+            assert not amqp_problem, amqp_problem

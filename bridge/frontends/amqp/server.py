@@ -45,6 +45,7 @@ from bridge.frontends.amqp.settling import ConsumerSide
 from bridge.frontends.amqp.translate import PublishScreen
 from bridge.frontends.amqp.upstream import Upstream
 from bridge.frontends.budget import Budget
+from bridge.frontends.checks import always_ready
 from bridge.frontends.peers import tls_subject
 from bridge.frontends.stats import AmqpStats
 from bridge.intercept.chain import Chain
@@ -114,7 +115,7 @@ class AmqpRelay:
         stats: AmqpStats | None = None,
         max_connections: int = 10_000,
         max_per_address: int = 1_000,
-        readiness: Callable[[], str | None] = lambda: None,
+        settled: Callable[[float], Awaitable[str | None]] = always_ready,
         handshake_timeout: float = 10.0,
         budget: Budget | None = None,
         alternates: Sequence[tuple[str, int]] = (),
@@ -123,7 +124,7 @@ class AmqpRelay:
         # Bytes held for clients, process-wide (shared with the STOMP listener): past it, a
         # client holding part of a message is not read until others have passed theirs on.
         self.budget = budget or Budget(128 * 1024 * 1024)
-        self.readiness = readiness  # why clients cannot be carried yet, or None
+        self.settled = settled  # why clients cannot be carried yet, or None (awaited)
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_per_address = max_per_address
@@ -344,7 +345,7 @@ class _Link:
         if header is None:
             self.client_w.close()
             return
-        not_ready = self.relay.readiness()
+        not_ready = await self.relay.settled(self.relay.handshake_timeout)
         if not_ready is not None:  # the staging queues not yet declared: a publish would be lost
             self.relay.stats.protocol_errors["broker-unreachable"] += 1
             await refuse(self.client_r, self.client_w, f"MQRC_HOST_NOT_AVAILABLE (2538): "

@@ -11,12 +11,12 @@ import asyncio
 import itertools
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
 from bridge.frontends.budget import Budget
-from bridge.frontends.checks import CheckRunner
+from bridge.frontends.checks import CheckRunner, always_ready
 from bridge.frontends.peers import tls_subject
 from bridge.frontends.stats import RelayStats
 from bridge.frontends.stomp import Limits, error_frame
@@ -123,17 +123,20 @@ class ClientLink(asyncio.Protocol):
         self._connecting = True
         if self._handshake is not None:
             self._handshake.cancel()
-        not_ready = self.server.readiness()
-        if not_ready is not None:  # the broker not yet set up: nothing may be staged yet
-            self.server.stats.protocol_errors["broker-unreachable"] += 1
-            self.log.info("refused: not ready", why=not_ready)
-            self._apply(self.session.broker_unreachable(not_ready))
-            return
         if self.client is not None and not self._client_paused:
             self.client.pause_reading()  # until the broker is there to take what follows
         self.server.loop.create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
+        # A bridge that has not yet tried its broker (it is starting) answers once it has.
+        not_ready = await self.server.settled(self.server.handshake_timeout)
+        if self._closing:
+            return
+        if not_ready is not None:  # the broker not yet set up: nothing may be staged yet
+            self.server.stats.protocol_errors["broker-unreachable"] += 1
+            self.log.info("refused: not ready", why=not_ready)
+            self._apply(self.session.broker_unreachable(not_ready))
+            return
         # The broker's nodes (one, or a cluster's), from the one that answered last.
         nodes = self.server.upstream.every()
         at = self.server.upstream_at % len(nodes)
@@ -365,10 +368,11 @@ class StompServer:
         limits: Limits = Limits(),  # noqa: B008 - frozen
         max_buffered_bytes: int = 128 * 1024 * 1024,
         upstream_ssl: ssl.SSLContext | None = None,
-        readiness: Callable[[], str | None] = lambda: None,
+        settled: Callable[[float], Awaitable[str | None]] = always_ready,
     ) -> None:
-        # Why clients cannot be carried yet (the staging queues not yet declared), or None.
-        self.readiness = readiness
+        # Why clients cannot be carried yet (the staging queues not yet declared), or None;
+        # awaited, as the first check of the broker may not have ended yet.
+        self.settled = settled
         self.upstream_ssl = upstream_ssl
         self.limits = limits
         self.budget = Budget(max_buffered_bytes)
