@@ -44,7 +44,7 @@ def headers() -> list[dict[str, str]]:
 def test_spark_answers_as_the_python_compiler(spark: Any, header_map: Any) -> None:
     from pyspark.sql.types import IntegerType, MapType, StringType, StructField, StructType
 
-    from bridge.pipeline.selectors import to_column
+    from bridge.pipeline.spark_selectors import to_column
 
     messages = headers()
     df = spark.createDataFrame(
@@ -74,7 +74,7 @@ def test_spark_answers_as_the_python_compiler(spark: Any, header_map: Any) -> No
 
 
 def test_matches_is_the_filter_and_bad_selectors_are_refused(spark: Any) -> None:
-    from bridge.pipeline.selectors import matches, to_column
+    from bridge.pipeline.spark_selectors import matches, to_column
 
     df = spark.createDataFrame([({"color": "red"},), ({"color": "blue"},), ({},)], ["headers"])
     # with generated code, as a replay runs it
