@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The jms-bridge image: `docker build -t jms-bridge:0.1.0 .` (see README, "Install on Kubernetes").
+# The jms-bridge image: `docker build -t jms-bridge:0.1.0 .` (see docs/kubernetes.md).
 # Stage 1 builds wheels of the project and its runtime dependencies; stage 2 installs only
 # those, from the wheels, and keeps neither the wheels, pip's cache nor any build tool.
 
@@ -35,7 +35,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 COPY docker/config.yaml /etc/jms-bridge/config.yaml
 USER 10001:10001
 WORKDIR /tmp
-# STOMP (applications), AMQP 0-9-1 (the coming AMQP listener), admin HTTP (probes, /metrics).
+# STOMP (applications), AMQP 0-9-1 (the AMQP listener, when amqp-listen is set), admin HTTP.
 EXPOSE 61633 5673 9613
 HEALTHCHECK --interval=30s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9613/healthz', timeout=2)"]

@@ -35,9 +35,9 @@ FRAME_HEADERS = PER_DELIVERY | {"receipt", "transaction"}
 DESTINATION_PREFIXES = ("/queue/", "/topic/", "/remote-temp-queue/", "/remote-temp-topic/")
 CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
 # A settle with this many SENDs or more puts them in one transaction (a burst's releases):
-# ActiveMQ stores persistent SENDs that each want a receipt one by one, about 2,900 a second
-# here, and a transaction's 500 at once, 17,000-19,000 a second (stomp.py, 20,000 of 100 B).
-# Fewer go with receipts: a COMMIT costs about 8 ms under load, which a trickle of releases
+# ActiveMQ stores persistent SENDs that each want a receipt one by one, and a transaction's
+# all at once, several times faster (docs/benchmarks.md, "Measurements behind design choices").
+# Fewer go with receipts: a COMMIT costs milliseconds under load, which a trickle of releases
 # would wait for (see ``settle``).
 TX_MIN = 50
 # How long the ERROR (naming no receipt) of a SEND refused in a refused transaction is waited
@@ -88,8 +88,8 @@ class _Cork:
 @contextlib.contextmanager
 def corked(conn: Connection12) -> Iterator[None]:
     """The frames sent inside go out in few writes: stomp.py writes each frame with a
-    ``sendall`` of its own, and a settle batch of 500 moves was 1,000 of them. On loopback each
-    runs the kernel's whole TCP path: that was 40 % of the staging engine's time. A frame
+    ``sendall`` of its own, and a settle batch of 500 moves is 1,000 of them. On loopback each
+    runs the kernel's whole TCP path, a large share of the staging engine's time. A frame
     stomp.py's heart-beat thread sends meanwhile joins the rest. When the block fails, what it
     had not written yet is dropped (the caller closes the connection)."""
     transport = conn.transport

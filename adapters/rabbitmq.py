@@ -31,9 +31,9 @@ from policies.errors import BrokerUnavailable, Refused, StagingQueueMismatch
 
 # The staging queues' type (--staging-queue-type). Classic ones are declared lazy and of classic
 # queue version 2 (CLASSIC_ARGUMENTS): RabbitMQ 3.10 and 3.11 then keep a staged copy on disk,
-# not on the queue process's heap, and take one for about a plain message's CPU (in memory, 10-15
-# µs more, with confirm gaps that left a core idle: delayed AMQP publishes through the bridge ran
-# at 0.42-0.48 of plain ones, and at 0.52-0.62 so; README, "Operating it"). RabbitMQ 3.12 and
+# not on the queue process's heap, and take one for about a plain message's CPU (held in memory
+# a staged copy costs it more, with confirm gaps that leave a core idle: docs/benchmarks.md,
+# "Staging queues lazy and of version 2"). RabbitMQ 3.12 and
 # later ignore the mode (their classic queues keep messages on disk already), and from 3.13
 # version 2 is the default. A classic staging queue an earlier bridge declared with no arguments
 # is used as it is (RabbitMQ will not declare it again with others; a policy can give it them).

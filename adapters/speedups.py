@@ -6,20 +6,22 @@ stomp.py in a process that did not ask runs the libraries as published. Each spe
 library's version and the internals it replaces, and stands down with a warning on one it was
 not checked against.
 
-What each replaces, and what it buys (measured on this project's two-core test machine):
+What each replaces, and what it buys (figures: docs/benchmarks.md, "Measurements behind design
+choices"):
 
 - ``pika``: ``_AsyncTransportBase._produce`` (pika.adapters.utils.io_services_utils). pika
   queues every frame it marshals as its own buffer (a publish is three: method, header, body)
-  and sends them one ``send`` call each. A settle batch of 500 moves was about 1,600 system
-  calls, and on loopback each costs the kernel's whole TCP path: the staging engine spent a
-  fifth of its time in them. The replacement joins the queued buffers, up to ``JOIN_LIMIT``
+  and sends them one ``send`` call each. A settle batch of 500 moves is about 1,600 system
+  calls, and on loopback each costs the kernel's whole TCP path: a large share of the staging
+  engine's time. The replacement joins the queued buffers, up to ``JOIN_LIMIT``
   bytes at a time, before pika's own loop sends them; what goes on the wire is unchanged.
   Checked against pika 1.3 and 1.4 (1.4.4).
 - ``stomp.py``: ``stomp.transport.parse_frame``. stomp.py parses each frame it receives with two
-  ``re.sub`` calls per header, for escapes that are almost never there: 47-77 µs for a staged
-  message's MESSAGE frame of 20 headers (16 µs with this one), so a level subscription's
-  prefetch of 1,000 cost the engine 50-80 ms of its CPU and GIL. The replacement gives the same
-  result, taking the regular expressions only for a header that has a backslash in it.
+  ``re.sub`` calls per header, for escapes that are almost never there: several times the
+  replacement's cost on a staged message's MESSAGE frame of 20 headers, paid for each of a
+  level subscription's 1,000 prefetched messages in the engine's CPU and GIL. The replacement
+  gives the same result, taking the regular expressions only for a header that has a backslash
+  in it.
   Checked against stomp.py 8.1 and 8.2 (8.2.0).
 """
 

@@ -19,8 +19,8 @@ ways with no parsing (the cost of the extra hop alone); ``--paths frontend`` add
 front-end with no interceptors. Each relay and the bridge run in a process of their own; the
 bridge with a staging prefix of its own and its engine off, so the delayed publishes wait on
 staging queues that are deleted at the end. The bridge declares those lazy and of classic queue
-version 2 (``--staging-queues as-before`` declares them first with no arguments, as bridges
-before session 20 left them, and the bridge uses them so: held in memory), and the broker-alone
+version 2 (``--staging-queues as-before`` declares them first with no arguments, and the bridge
+uses them so: held in memory, for comparison), and the broker-alone
 reference puts its staged-shaped publishes on a queue declared the same way. Queue names start
 with ``bench-amqp-``, not the test suite's ``jbt-`` (a test session deletes every ``jbt-``
 queue when it ends).
@@ -521,8 +521,8 @@ def main() -> int:
     parser.add_argument("--staging-queues", choices=("declared", "as-before"),
                         default="declared",
                         help="RabbitMQ: the staging queues as the bridge declares them (lazy, "
-                             "classic queue version 2), or declared first with no arguments, as "
-                             "bridges before session 20 left them (held in memory)")
+                             "classic queue version 2), or declared first with no arguments "
+                             "(held in memory), for comparison")
     parser.add_argument("--amqp-port", type=int, default=5672)
     parser.add_argument("--stomp-port", type=int, default=61613)
     parser.add_argument("--json", help="also write the figures here")

@@ -14,7 +14,7 @@ tools are timed at that size: ``staged count``, ``staged list --target <the rare
 ``staged cancel <one of those ids>``, each as the real command in a child process, stopped
 after ``--pending-tool-timeout`` seconds (goal: under a second). The bridge keeps a staged
 catalogue (``--staged-catalogue``, in a temporary folder; ``--pending-catalogue off`` runs
-without, as before it existed): the tools ask it instead of reading every message, and its
+without it): the tools ask it instead of reading every message, and its
 file's size is printed with the other figures.
 
 On RabbitMQ the run's staging queues get ``queue-mode: lazy`` by a policy of the run's own

@@ -6,14 +6,7 @@ others; each figure is the best of repeated runs over the given seconds (the mac
 
     PYTHONPATH=. .venv/bin/python bench/selector_micro.py [seconds-per-selector]
 
-Measured here (2 shared cores, Python 3.11, best of 3 s per selector), messages/s:
-    7.8 M   color = 'red'
-    1.4 M   JMSPriority > 4                          (a typed JMS field, parsed per message)
-    2.5 M   color = 'red' AND size > 5               (string -> int conversion)
-    0.71 M  JMSType = ... AND JMSPriority BETWEEN 3 AND 7 AND region IN (...)
-    1.4 M   name LIKE 'cust%' OR (JMSCorrelationID IS NOT NULL AND amount > 100)
-    0.80 M  NOT (missing = 'x') OR JMSDestination LIKE 'Queue[orders%'
-    0.90 M  five conditions: OR, NOT, JMSDeliveryMode, JMSTimestamp, NOT LIKE '%test%'
+Current figures: docs/benchmarks.md, "Dead-letter replay and selectors".
 """
 
 from __future__ import annotations

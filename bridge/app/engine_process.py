@@ -2,9 +2,8 @@
 
 The engine's work (pika frames, header dicts) is CPU-bound Python. In the bridge's process it
 takes the interpreter lock from the STOMP front-end, and a SEND that waits for the lock is read
-late, so its due time (counted from when the bridge reads it) is late too; measured with 1,000
-releases a second, p99 lateness was 23-31 ms with the engine in a thread and 12-16 ms in a
-process. In its own process it runs on another core.
+late, so its due time (counted from when the bridge reads it) is late too. In its own process
+it runs on another core (figures: docs/benchmarks.md, "Measurements behind design choices").
 
 It shares only its counters (``StagingStats`` slots in shared memory) and a stop event with the
 bridge. It dies with the bridge (``PR_SET_PDEATHSIG``), which is the same as the bridge being
@@ -43,15 +42,15 @@ from policies.backoff import backoff_ms
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # The engine's adapter reads the broker on a thread of its own (stomp.py's receiver, pika's
 # none): a RECEIPT it hands over waits for the interpreter lock while that thread parses the
-# MESSAGE frames behind it, up to the switch interval (5 ms by default) each time. Measured on
-# ActiveMQ at 1,000 releases a second: p99 lateness 2.1 s with 5 ms, 0.47 s with 0.5 ms.
+# MESSAGE frames behind it, up to the switch interval (5 ms by default) each time; a shorter one
+# keeps releases punctual under load (docs/benchmarks.md, "Measurements behind design choices").
 SWITCH_INTERVAL_S = 0.0005
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
 WATCH_EVERY_S = 1.0
 # The engine's reconnect backoff: from 50 ms, doubling, capped at half a second and spread by
-# +-50 %, so that its first release comes within a second of a broker answering again (with a
-# cap of 10 s, messages due during a 13 s outage were released up to 16 s late).
+# +-50 %, so that its first release comes within a second of a broker answering again (a longer
+# cap would add up to that cap to the lateness of whatever fell due during an outage).
 RECONNECT_S = (0.05, 0.5)
 RECONNECT_JITTER = 0.5
 

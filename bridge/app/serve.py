@@ -317,9 +317,8 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # What start-up made lives as long as the process: out of the cyclic collector's sight,
-    # its full collections walk only what the traffic makes (perf had the collector at 14 % of
-    # the bridge's CPU on plain AMQP publishes before; 6.2-7.0 CPU µs a publish after, against
-    # 7.2-8.7).
+    # its full collections walk only what the traffic makes (what that saves on AMQP publishes:
+    # docs/benchmarks.md, "Measurements behind design choices").
     gc.freeze()
     log.info(
         "listening",

@@ -2,7 +2,7 @@
 target, in a SQLite file of the bridge's own (``--staged-catalogue FILE``).
 
 The staging queues are the truth, but they can only be read from the front: with ten million
-pending, ``staged list --target`` and ``cancel`` read them all (about 5,000 a second here). IBM
+pending, ``staged list --target`` and ``cancel`` read them all (slowly: docs/benchmarks.md). IBM
 MQ indexes its staging queue by correlation id for the same reason. The catalogue answers those
 questions in milliseconds; the running engines answer the tools from it (``bridge.staging.
 orders``: a LIST order asks for it), so every bridge sharing a broker answers for what it staged.
@@ -57,9 +57,8 @@ _GONE = frozenset({
 
 # A row is about 155 bytes on disk with its two indexes; targets are kept once each. Neither
 # index is by due time: rows come in random due order, and an index by it had every batch
-# rewrite a page per row (3,000,000 rows went in at 22,000 a second and slowing, against
-# 350,000 without; measured in-process). A target's rows are found by the target index and
-# sorted (158 ms for 273,000 of them, in-process), all rows by a scan.
+# rewrite a page per row (figures: docs/benchmarks.md, "Measurements behind design choices").
+# A target's rows are found by the target index and sorted, all rows by a scan.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS targets (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS staged (

@@ -116,8 +116,8 @@ def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) 
     per queue, however many are pending), plus those the running engines hold where the broker
     does not count them (RabbitMQ's unacknowledged messages). Unlike ``rows`` it reads no
     message, so a duplicate a crash left counts twice; ``rows`` (``--target``) counts it once.
-    Reading every message took 4.4 s with 20,000 pending on RabbitMQ (about 5,000 a second:
-    over half an hour at 10 million)."""
+    Reading every message takes time in proportion to the number pending (docs/benchmarks.md:
+    over half an hour at 10 million on RabbitMQ)."""
     total = sum(broker.depths(layout.queues).values())
     if not broker.sees_held:
         total += len(held_rows(broker, layout, target=None, message_id=None, wait_s=answer_s))

@@ -435,9 +435,9 @@ def test_notes_tell_how_to_point_an_application_at_the_bridge(tmp_path: Path) ->
     assert "Sidecar mode" in sidecar and "t-jms-bridge-config" in sidecar
 
 
-def test_readme_tls_values_render(tmp_path: Path) -> None:
-    readme = (CHART.parents[1] / "README.md").read_text()
-    block = readme.split("**TLS.**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_the_guides_tls_values_render(tmp_path: Path) -> None:
+    guide = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
+    block = guide.split("**TLS.**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     values = tmp_path / "tls-values.yaml"
     values.write_text(block)
     config = rendered_config(template(values))
@@ -455,9 +455,9 @@ def test_notes_tell_where_the_tls_listeners_are(tmp_path: Path) -> None:
     assert "over TLS" not in render_notes(tmp_path / "plain")
 
 
-def test_readme_sidecar_values_name_what_the_chart_makes() -> None:
-    readme = (CHART.parents[1] / "README.md").read_text()
-    block = readme.split("# rabbitmq-values.yaml\n", 1)[1].split("```", 1)[0]
+def test_the_guides_sidecar_values_name_what_the_chart_makes() -> None:
+    guide = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
+    block = guide.split("# rabbitmq-values.yaml\n", 1)[1].split("```", 1)[0]
     values = yaml.safe_load(block)
     manifests = template(sets=("mode=sidecar", "upstream.host=127.0.0.1", "auth.username=bridge",
                                "auth.password=s3cret"), release="rabbitmq-bridge")

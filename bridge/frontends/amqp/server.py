@@ -65,7 +65,7 @@ READ_SIZE = 256 * 1024
 # written up this many at a time, so the broker confirms the first while the rest are made, and
 # the event loop is let run between them, so those confirms reach the client, which publishes
 # more, while the chunk is still being worked through (delayed publishes with a window of 100
-# confirms outstanding: 12,100-12,200 a second without that turn, 14,300-14,700 with it).
+# confirms outstanding, faster with that turn: docs/benchmarks.md).
 FLUSH_EVERY = 16
 _ids = itertools.count(1)
 
