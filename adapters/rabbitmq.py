@@ -146,14 +146,16 @@ class RabbitMQ(Puts, Checks):
                         "classic staging queues declared with no arguments by an earlier "
                         "bridge: used as they are; on RabbitMQ 3.10 and 3.11 a policy makes them "
                         "lazy and of version 2, which holds staged copies for less of the "
-                        "broker's memory and CPU (README, \"Operating it\")", queue=name)
+                        "broker's memory and CPU (docs/delivery-delay.md, \"How a delayed "
+                        "message waits\")", queue=name)
             if said is not None:
                 raise StagingQueueMismatch(
                     f"{self._where()}: staging queue {name!r} exists already and is not what "
                     f"--staging-queue-type {self.queue_type} declares (the broker said: "
                     f"{said}). Give this bridge another "
                     "--staging-prefix, or drain the old staging queues (stop the bridges, "
-                    "move their messages) and delete them; see the README, \"Quorum staging\""
+                    "move their messages) and delete them; see docs/delivery-delay.md, "
+                    "\"Staging that survives the loss of a node\""
                 )
             self._declared.add(name)
 
