@@ -28,7 +28,6 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-import pika
 from pika import data as pdata  # type: ignore[attr-defined]
 from pika import exceptions as pexceptions
 
@@ -111,14 +110,6 @@ def decode(text: str) -> tuple[dict[str, Any], int | None] | None:
     if not isinstance(table, dict):
         return None
     return table, mode if isinstance(mode, int) else None
-
-
-def overlay(props: pika.BasicProperties, headers: Mapping[str, str],
-            removed: frozenset[str] = frozenset()) -> None:
-    """Lay the types carried in ``props.headers[TYPES_HEADER]`` back over ``props`` (built from
-    the STOMP ``headers``), and drop the marker unless this is a staged copy."""
-    props.headers, props.delivery_mode = overlaid(props.headers, props.delivery_mode, headers,
-                                                  removed)
 
 
 def overlaid(found_table: Mapping[str, Any] | None, delivery_mode: int | None,

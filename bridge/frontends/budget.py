@@ -26,7 +26,6 @@ class Budget:
             raise ValueError("the budget must be at least one byte")
         self.limit = limit
         self.total = 0
-        self.pauses = 0  # how many times a connection was told to stop reading
         # Connections holding bytes, in the order they began to (the first is never paused).
         self._held: dict[Holder, int] = {}
         self._waiting: dict[Holder, None] = {}  # paused, in the order they were
@@ -47,7 +46,6 @@ class Budget:
         if (held and held >= old and self.total > self.limit and holder not in self._waiting
                 and next(iter(self._held)) is not holder):
             self._waiting[holder] = None
-            self.pauses += 1
             return True
         return holder in self._waiting
 

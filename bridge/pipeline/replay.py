@@ -27,7 +27,6 @@ rerun of the same command finds it; ``--ledger NAME`` names it explicitly.
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import json
 import time
@@ -308,8 +307,3 @@ def _write_summary(out: str, summary: Summary) -> None:
     tmp = path / ".summary.json.tmp"
     tmp.write_text(json.dumps(asdict(summary), indent=2) + "\n")
     tmp.replace(path / "summary.json")
-
-
-def encode_body(body: bytes) -> str:
-    """How a JSON lines archive carries a body (for tests and tools that write one)."""
-    return base64.b64encode(body).decode()

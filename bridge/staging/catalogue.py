@@ -199,7 +199,6 @@ class CatalogueWriter(CountedWriter):
         # Rows written (added or taken out, orders kept), rows dropped while too many waited,
         # rows SQLite refused; shared memory where ``/metrics`` reads them from another process.
         self.counters: MutableSequence[int] = counters if counters is not None else [0, 0, 0]
-        self.last_error: str | None = None
         self._warned_at = 0.0
         self._targets: dict[str, int] = {}  # name -> id, as written
 
@@ -270,7 +269,6 @@ class CatalogueWriter(CountedWriter):
             self.counters[0] += len(adds) + len(gone) + len(orders)
         except sqlite3.Error as error:
             self.counters[2] += len(adds) + len(gone) + len(orders)
-            self.last_error = str(error)
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             if time.monotonic() - self._warned_at > WARN_EVERY_S:

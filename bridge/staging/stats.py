@@ -156,10 +156,6 @@ class StagingStats:
         """A snapshot of the lateness bucket counts, the last one above the top bound."""
         return list(self.slots[LATENESS_SLOT:DEAD_LETTER_SLOT])
 
-    @property
-    def lateness_count(self) -> int:
-        return sum(self.lateness_counts)
-
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(_StagingCollector(self))
 

@@ -35,7 +35,6 @@ def test_past_the_budget_later_holders_wait_and_the_first_goes_on() -> None:
     assert budget.update(c, 20)  # 110 > 100: c waits
     assert budget.update(b, 40)  # b grows past it: waits too
     assert not budget.update(a, 90)  # the first holder is never told to wait
-    assert budget.pauses == 2
     budget.update(a, 0)  # a's frame passed on: 60 held, b then c go on, in order
     assert (b.resumed, c.resumed) == (1, 1)
     assert budget.total == 60

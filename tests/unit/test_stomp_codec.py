@@ -472,20 +472,6 @@ def test_frame_built_for_sending() -> None:
     assert Frame("SEND", {"a": "b:c"}, version="1.0").raw == b"SEND\na:b:c\n\n\x00"
 
 
-def test_with_headers_replaces_removes_and_keeps_order() -> None:
-    raw = b"SEND\ndestination:/q\nAMQ_SCHEDULED_DELAY:500\nx:1\nx:2\nkeep:me\n\nbody\x00"
-    (parsed,) = FrameParser(version="1.2").feed(raw)
-    out = parsed.with_headers(  # type: ignore[union-attr]
-        set={"x": "new:val", "destination": "/q2", "added": "y"},
-        remove=["AMQ_SCHEDULED_DELAY"],
-        version="1.2",
-    )
-    assert out == b"SEND\ndestination:/q2\nx:new\\cval\nkeep:me\nadded:y\n\nbody\x00"
-    (again,) = FrameParser(version="1.2").feed(out)
-    assert again.get("x") == "new:val"  # type: ignore[union-attr]
-    assert parsed.with_headers(version="1.2") == raw  # type: ignore[union-attr]
-
-
 def test_lazy_headers_decode_on_first_use() -> None:
     parser = FrameParser(role="client", version="1.2", validate=False)
     (parsed,) = parser.feed(b"MESSAGE\na:x\\cy\n\nz\x00")

@@ -165,10 +165,6 @@ class Consumers:
     def unsettled(self) -> int:
         return sum(len(c.unacked) for c in self._channels.values())
 
-    def in_tx(self, channel: int) -> bool:
-        chan = self._channels.get(channel)
-        return chan is not None and chan.tx
-
     # -- client -> broker ---------------------------------------------------------------------
     def queue_of(self, channel: int, method: Any) -> str:
         """The queue a Basic.Consume or Basic.Get names (an empty name: the channel's last

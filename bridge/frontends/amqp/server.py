@@ -175,11 +175,6 @@ class AmqpRelay:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
-    @property
-    def tls_port(self) -> int:
-        assert self._tls_server is not None
-        return int(self._tls_server.sockets[0].getsockname()[1])
-
     async def close(self) -> None:
         """Stop accepting and drop every link."""
         for server in (self._server, self._tls_server):

@@ -104,32 +104,6 @@ class Frame:
     def __contains__(self, name: object) -> bool:
         return any(key == name for key, _ in self.headers)
 
-    def with_headers(
-        self,
-        *,
-        set: Mapping[str, str] = _NO_HEADERS,  # noqa: A002 - the relay's chosen keyword
-        remove: Iterable[str] = (),
-        version: str | None,
-    ) -> bytes:
-        """Re-serialize with headers replaced (in place, at the first occurrence) or removed.
-
-        The other headers keep their order and the body is unchanged; names in ``set`` that the
-        frame lacks are appended.
-        """
-        dropped = frozenset(remove)
-        pending = dict(set)
-        out: Headers = []
-        for key, value in self.headers:
-            if key in dropped:
-                continue
-            if key in set:
-                if key not in pending:
-                    continue  # a repeat of a replaced header: only the first one counted
-                value = pending.pop(key)
-            out.append((key, value))
-        out.extend((k, v) for k, v in pending.items() if k not in dropped)
-        return serialize(self.command, out, self.body, version=version)
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Frame):
             return NotImplemented

@@ -413,11 +413,6 @@ class StompServer:
         )
 
     @property
-    def tls_port(self) -> int:
-        assert self._tls_server is not None
-        return int(self._tls_server.sockets[0].getsockname()[1])
-
-    @property
     def port(self) -> int:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
