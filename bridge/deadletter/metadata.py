@@ -35,7 +35,7 @@ UNDELIVERED = "jms-bridge.undelivered"
 BRIDGE_HEADERS = frozenset({
     envelope.REASON, envelope.REASON_CODE, envelope.REASON_TEXT, envelope.FAILED_AT,
     envelope.ORIGINAL_DESTINATION, envelope.ORIGINAL_JMS_DESTINATION, envelope.POLICY,
-    envelope.DELIVERY_COUNT, "jms-bridge-invalid-reason",
+    envelope.DELIVERY_COUNT, envelope.DELIVERIES_TRIED, "jms-bridge-invalid-reason",
 })
 # The brokers' own dead-letter headers (RabbitMQ's x-death-* are read from its x-death array).
 BROKER_HEADERS = frozenset({
@@ -81,6 +81,13 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _tried(h: Mapping[str, str]) -> int | None:
+    """Deliveries tried before it was dead-lettered (a dead letter written before the bridge
+    kept them apart from its delivery count has only the count)."""
+    tried = _int(h.get(envelope.DELIVERIES_TRIED))
+    return tried if tried is not None else _int(h.get(envelope.DELIVERY_COUNT))
+
+
 def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
     h = headers
     original_id = (h.get(envelope.MESSAGE_ID) or h.get("amqp-message-id") or broker_id
@@ -93,8 +100,7 @@ def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
             original_id, "staged" if staged else "bridge", h.get(envelope.REASON),
             _int(h.get(envelope.REASON_CODE)), h.get(envelope.REASON_TEXT),
             h.get(envelope.ORIGINAL_DESTINATION) or h.get(envelope.TARGET),
-            _int(h.get(envelope.FAILED_AT)), _int(h.get(envelope.DELIVERY_COUNT)),
-            persistent, retries)
+            _int(h.get(envelope.FAILED_AT)), _tried(h), persistent, retries)
     if "original-destination" in h:
         cause = h.get("dlqDeliveryFailureCause")
         expired = cause is not None and "Expired" in cause
@@ -113,7 +119,7 @@ def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
                     _int(h.get("x-death-count")), persistent, retries)
     if envelope.TARGET in h:
         return Info(original_id, "staged", None, None, None, h[envelope.TARGET], None,
-                    _int(h.get(envelope.DELIVERY_COUNT)), persistent, retries)
+                    _tried(h), persistent, retries)
     return Info(original_id, "plain", None, None, None, None, None, None, persistent, retries)
 
 
