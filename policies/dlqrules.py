@@ -1,15 +1,16 @@
 """A dead-letter handler's rules table, as IBM MQ's ``runmqdlq`` reads one. Pure: text in,
 rules out; a dead letter's facts in, the first matching rule's decision out.
 
-    # comments and blank lines are ignored; a line ending in + goes on on the next one
-    INPUTQ(jms-bridge.undelivered) WAIT(YES) RETRYINT(5)      <- control data (optional, first)
+    * comment lines start with * (runmqdlq's) or #; a line ending in + goes on on the next one
+    INPUTQ(jms-bridge.undelivered) WAIT(YES) RETRYINT(5)      # control data (optional, first)
     REASON(MQRC_BACKOUT_THRESHOLD_REACHED) DESTQ(orders.*) ACTION(RETRY) RETRY(3)
     DESTQ(payments.*) ACTION(FWD) FWDQ(DLQ.$DESTQ)
     PERSIST(NO) ACTION(DISCARD)
     SELECTOR('region = ''EU''') ACTION(IGNORE)
 
 Keywords are case-insensitive, values are case-sensitive; a value with spaces or parentheses is
-quoted with single quotes ('' is a quote inside). Patterns (all given must match):
+quoted with single quotes ('' is a quote inside). ``#`` outside quotes and parentheses
+starts a comment that runs to the end of the line. Patterns (all given must match):
 ``REASON(name or code)``, ``DESTQ(name)`` (the original destination, as a queue name or a
 STOMP destination), with ``*`` (any characters) and ``?`` (one) as wildcards;
 ``PERSIST(YES|NO)``; ``SELECTOR('JMS selector')``. Actions: ``ACTION(RETRY)`` puts the message
@@ -143,14 +144,36 @@ def _unquote(value: str) -> str:
     return value
 
 
+def _code(line: str, quoted: bool, depth: int) -> tuple[str, bool, int]:
+    """``line`` without its ``# comment``: a ``#`` outside quotes and parentheses starts one
+    (inside them it is part of a value). Returns the quote and parenthesis state at its end, for
+    a rule continued on the next line."""
+    for at, char in enumerate(line):
+        if char == "'":
+            quoted = not quoted  # '' inside a quoted value: out and straight back in
+        elif quoted:
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char == "#" and depth == 0:
+            return line[:at].rstrip(), quoted, depth
+    return line, quoted, depth
+
+
 def _lines(text: str) -> list[tuple[int, str]]:
     """(first line number, logical line) with comments gone and + continuations joined."""
     out: list[tuple[int, str]] = []
     pending: tuple[int, str] | None = None
+    quoted, depth = False, 0
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if line.startswith("*") or line.startswith("#"):
-            line = ""
+            line = ""  # a comment line, runmqdlq's (*) or ours (#)
+        if pending is None:
+            quoted, depth = False, 0
+        line, quoted, depth = _code(line, quoted, depth)
         if pending is not None:
             start, before = pending
             line, pending = before + " " + line, None

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -254,7 +257,26 @@ def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 
 
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command a closed pipe stopped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command; a reader that went away (``| head``) ends it quietly, whatever it prints."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # what is still buffered is written here, not at interpreter exit
+    except BrokenPipeError:
+        # Nothing more can reach the reader. Point stdout at /dev/null so that the flush at
+        # exit does not fail again ("Exception ignored ... BrokenPipeError").
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return EXIT_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "report":  # needs no bridge settings
         return _report(ns)

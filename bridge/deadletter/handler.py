@@ -65,7 +65,7 @@ class Handler:
             return DROP, decision, info
         if decision.action == "RETRY" and decision.destination:
             out = metadata.replay_headers(headers, info, self.fmt)
-            out[metadata.RETRIES] = str(info.retries + 1)
+            out[metadata.RETRIES] = str(info.handler_retries + 1)
             return Put(decision.destination, Message(out, found.message.body)), decision, info
         if decision.action == "FWD" and decision.destination:
             out = metadata.moved_headers(headers, info)

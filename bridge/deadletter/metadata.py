@@ -35,7 +35,7 @@ UNDELIVERED = "jms-bridge.undelivered"
 BRIDGE_HEADERS = frozenset({
     envelope.REASON, envelope.REASON_CODE, envelope.REASON_TEXT, envelope.FAILED_AT,
     envelope.ORIGINAL_DESTINATION, envelope.ORIGINAL_JMS_DESTINATION, envelope.POLICY,
-    envelope.DELIVERY_COUNT, "jms-bridge-invalid-reason",
+    envelope.DELIVERY_COUNT, envelope.DELIVERIES_TRIED, "jms-bridge-invalid-reason",
 })
 # The brokers' own dead-letter headers (RabbitMQ's x-death-* are read from its x-death array).
 BROKER_HEADERS = frozenset({
@@ -66,7 +66,8 @@ class Info:
     failed_at_ms: int | None
     delivery_count: int | None
     persistent: bool
-    retries: int
+    handler_retries: int  # times the rules handler's ACTION(RETRY) put it back (dlq-retries)
+    message_retries: int = 0  # puts its target refused before (message-retry: jms-bridge-retries)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -81,20 +82,27 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _tried(h: Mapping[str, str]) -> int | None:
+    """Deliveries tried before it was dead-lettered (a dead letter written before the bridge
+    kept them apart from its delivery count has only the count)."""
+    tried = _int(h.get(envelope.DELIVERIES_TRIED))
+    return tried if tried is not None else _int(h.get(envelope.DELIVERY_COUNT))
+
+
 def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
     h = headers
     original_id = (h.get(envelope.MESSAGE_ID) or h.get("amqp-message-id") or broker_id
                    or h.get("message-id", ""))
     persistent = h.get("persistent", "").lower() == "true"
-    retries = _int(h.get(RETRIES)) or 0
+    retries = _int(h.get(RETRIES)) or 0  # the rules handler's
+    refused = _int(h.get(envelope.RETRIES)) or 0  # message-retry's: puts its target refused
     if envelope.REASON in h or envelope.ORIGINAL_DESTINATION in h:
         staged = envelope.TARGET in h
         return Info(
             original_id, "staged" if staged else "bridge", h.get(envelope.REASON),
             _int(h.get(envelope.REASON_CODE)), h.get(envelope.REASON_TEXT),
             h.get(envelope.ORIGINAL_DESTINATION) or h.get(envelope.TARGET),
-            _int(h.get(envelope.FAILED_AT)), _int(h.get(envelope.DELIVERY_COUNT)),
-            persistent, retries)
+            _int(h.get(envelope.FAILED_AT)), _tried(h), persistent, retries, refused)
     if "original-destination" in h:
         cause = h.get("dlqDeliveryFailureCause")
         expired = cause is not None and "Expired" in cause
@@ -102,7 +110,7 @@ def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
                         else ("MQRC_BACKOUT_THRESHOLD_REACHED", 2362))
         return Info(original_id, "activemq", reason, code, cause, h["original-destination"],
                     _int(h.get("timestamp")), _int(h.get("JMSXDeliveryCount")), persistent,
-                    retries)
+                    retries, refused)
     if "x-first-death-queue" in h or "x-death-queue" in h:
         queue = h.get("x-first-death-queue") or h["x-death-queue"]
         word = h.get("x-first-death-reason") or h.get("x-death-reason") or ""
@@ -110,16 +118,17 @@ def describe(headers: Mapping[str, str], broker_id: str = "") -> Info:
         return Info(original_id, "rabbitmq", known[0] if known else (word or None),
                     known[1] if known else None, word or None,
                     f"/amq/queue/{queue}", _int(h.get("x-death-time")),
-                    _int(h.get("x-death-count")), persistent, retries)
+                    _int(h.get("x-death-count")), persistent, retries, refused)
     if envelope.TARGET in h:
         return Info(original_id, "staged", None, None, None, h[envelope.TARGET], None,
-                    _int(h.get(envelope.DELIVERY_COUNT)), persistent, retries)
-    return Info(original_id, "plain", None, None, None, None, None, None, persistent, retries)
+                    _tried(h), persistent, retries, refused)
+    return Info(original_id, "plain", None, None, None, None, None, None, persistent, retries,
+                refused)
 
 
 def facts(info: Info, headers: Mapping[str, str]) -> Facts:
     return Facts(info.reason, info.reason_code, info.original_destination, info.persistent,
-                 info.retries, headers)
+                 info.handler_retries, headers)
 
 
 def replay_headers(

@@ -30,6 +30,10 @@ CORRELATION_ID = PREFIX + "correlation-id"  # the application's own correlation 
 # How many times the message has been delivered to a consumer (JMSXDeliveryCount) before this
 # copy: it travels with the message, on its re-staged copy, never only in a bridge's memory.
 DELIVERY_COUNT = PREFIX + "delivery-count"
+# On a dead letter: how many deliveries were tried before it was dead-lettered. Not its
+# delivery-count: the dead-letter destination is a new one (as on WebLogic and ActiveMQ), where
+# its first delivery is JMSXDeliveryCount 1 and a policy there counts its own deliveries.
+DELIVERIES_TRIED = PREFIX + "deliveries-tried"
 # Why a message left the normal path (a dead letter, an undeliverable release), on its copy.
 REASON = PREFIX + "reason"  # the MQRC (or MQFB) name
 REASON_CODE = PREFIX + "reason-code"
@@ -251,8 +255,9 @@ def mark_failed(
         FAILED_AT: str(now_ms),
         ORIGINAL_DESTINATION: destination,
         ORIGINAL_JMS_DESTINATION: jms_destination(destination),
-        DELIVERY_COUNT: str(delivery_count),
+        DELIVERIES_TRIED: str(delivery_count),
     })
+    headers.pop(DELIVERY_COUNT, None)  # counted afresh where it goes
     if policy:
         headers[POLICY] = policy
     return headers

@@ -632,3 +632,21 @@ def test_a_long_queue_keeps_its_order(broker: Broker, tools: QueueTools) -> None
     outcome = ops.change(tools, "purge", dlq, picker, tools.format)  # type: ignore[attr-defined]
     assert (outcome.done, outcome.error) == (3, None)
     assert ids(tools, dlq) == [f"{run}-{i}" for i in range(n) if i not in (7, 1500, 2399)]
+
+
+def test_browse_into_a_closed_pipe_ends_quietly(broker: Broker, tools: QueueTools) -> None:
+    """``jms-bridge dlq browse --json | head``: the reader leaves after a few lines, the command
+    ends without a traceback (exit 0, or 141 as a shell reports a command stopped by SIGPIPE)."""
+    run = new_run()
+    dlq = f"{PREFIX}{run}-pipe"
+    fill(tools, dlq, [dead_letter(run, i, f"/queue/{PREFIX}{run}-a", "EU", pad="x" * 400)
+                      for i in range(250)])  # about 250 KB of JSON: more than a pipe holds
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JMS_BRIDGE_")}
+    shell = " ".join([*JMS_BRIDGE, "dlq", "browse", *flags(broker), "--queue", dlq, "--json",
+                      "--body"]) + " | head -n 3 >/dev/null; echo rc=${PIPESTATUS[0]} >&2"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=ROOT)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] in ("rc=0", "rc=141"), done.stderr
+    assert tools.size(dlq) == 250  # browsing changed nothing

@@ -116,7 +116,8 @@ def test_a_consumer_that_always_fails_meets_its_policy(
     assert h[envelope.REASON_CODE] == "2362"
     assert h[envelope.ORIGINAL_DESTINATION] == dest
     assert h[envelope.ORIGINAL_JMS_DESTINATION] == f"Queue[{dest.rsplit('/', 1)[1]}]"
-    assert h[envelope.DELIVERY_COUNT] == str(failures)
+    assert h[envelope.DELIVERIES_TRIED] == str(failures)
+    assert envelope.DELIVERY_COUNT not in h  # counted afresh on the dead-letter queue
     assert h[envelope.POLICY].startswith(policy.dialect)
 
 
@@ -157,3 +158,68 @@ def test_a_consumer_that_goes_away_unsettled_counts_as_a_failure(
     other.ack(again[0].headers["ack"])
     assert inbox2.quiet(0.5) == []
     other.disconnect()
+
+
+FRAME_HEADERS = ("receipt", "transaction", "receipt-id")
+
+
+def test_no_copy_carries_the_frame_headers_of_the_send(
+    rd_bridge: BridgeProcess, broker: Broker,
+) -> None:
+    """A SEND's receipt (and transaction) belong to that frame: neither its staged copy when
+    released, nor a redelivered copy, nor the dead-letter copy carries them to a consumer."""
+    dest = _dest("jmsjca")  # 1:300; 2:600; 3:move(queue:$.dlq)
+    mark = uuid.uuid4().hex
+    conn, inbox = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    delay = "x-delay" if broker.name == "rabbitmq" else "AMQ_SCHEDULED_DELAY"
+    conn.send(dest, "delayed", headers={delay: "200", "mark": mark, "receipt": "r-delayed"})
+    assert inbox.wait_receipt("r-delayed")
+    tx = conn.begin()
+    conn.send(dest, "in a transaction", headers={delay: "200", "mark": mark}, transaction=tx)
+    conn.commit(tx)
+    conn.subscribe(dest, id="c", ack="client-individual")
+    seen: list[dict[str, str]] = []
+    for _ in range(2 * 4):  # each message: its release, then redelivered (now, 300, 600 ms)
+        got = inbox.take(1, timeout=15)
+        assert got, f"after {len(seen)} deliveries; log:\n{rd_bridge.log()[-3000:]}"
+        seen.append(dict(got[0].headers))
+        conn.nack(got[0].headers["ack"])  # the 4th failure moves it to the dead-letter queue
+    assert sorted(h["JMSXDeliveryCount"] for h in seen) == ["1", "1", "2", "2", "3", "3", "4",
+                                                            "4"]
+    for headers in seen:
+        assert not {h: headers[h] for h in FRAME_HEADERS if h in headers}, headers
+    conn.subscribe(f"{dest}.dlq", id="dead", ack="auto")
+    dead = inbox.take(2, timeout=10)
+    conn.disconnect()
+    assert len(dead) == 2
+    for message in dead:
+        assert message.headers[envelope.REASON] == "MQRC_BACKOUT_THRESHOLD_REACHED"
+        assert not {h: message.headers[h] for h in FRAME_HEADERS if h in message.headers}
+
+
+def test_a_dead_letter_starts_its_life_on_the_dead_letter_queue_as_a_first_delivery(
+    rd_bridge: BridgeProcess, broker: Broker,
+) -> None:
+    """The dead-letter queue is a new destination (as on WebLogic and ActiveMQ): the first
+    delivery from it is JMSXDeliveryCount 1, so a limit there counts its own deliveries, while
+    the dead letter says how many deliveries were tried before."""
+    dest = _dest("jmsjca")  # 1:300; 2:600; 3:move(queue:$.dlq): the 4th failure moves it
+    conn, inbox = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "poison", receipt="sent")
+    assert inbox.wait_receipt("sent")
+    conn.subscribe(dest, id="c", ack="client-individual")
+    for count in range(1, 5):
+        got = inbox.take(1, timeout=15)
+        assert got and got[0].headers["JMSXDeliveryCount"] == str(count)
+        conn.nack(got[0].headers["ack"])
+    conn.unsubscribe("c")
+    conn.subscribe(f"{dest}.dlq", id="dead", ack="client-individual")
+    (dead,) = inbox.take(1, timeout=10)
+    assert dead.headers["JMSXDeliveryCount"] == "1"
+    assert dead.headers[envelope.DELIVERIES_TRIED] == "4"
+    conn.nack(dead.headers["ack"])  # failing it on the dead-letter queue counts from there
+    (again,) = inbox.take(1, timeout=10)
+    assert again.headers["JMSXDeliveryCount"] == "2"
+    assert again.headers[envelope.DELIVERIES_TRIED] == "4"
+    conn.ack(again.headers["ack"])
+    conn.disconnect()

@@ -134,3 +134,17 @@ def test_archive_bad_folder_or_format(tmp_path: Path) -> None:
         archive.Writer(tmp_path / "file" / "sub", "q")
     with pytest.raises(ConfigError, match="--format"):
         archive.Writer(tmp_path, "q", "csv")
+
+
+def test_browse_names_each_kind_of_retry() -> None:
+    """``dlq browse --json`` says whose retries it counts: the staging engine's message-retry
+    (``jms-bridge-retries``, puts its target refused) and the rules handler's ACTION(RETRY)
+    (``jms-bridge-dlq-retries``); no field called plain ``retries`` leaves a reader guessing."""
+    headers = {**BRIDGE, envelope.RETRIES: "3", metadata.RETRIES: "1"}
+    info = metadata.describe(headers)
+    shown = json.loads(ops.render_entries([ops.Entry(0, "b-1", info, headers, b"x")],
+                                          as_json=True, body=False))[0]
+    assert (shown["message_retries"], shown["handler_retries"]) == (3, 1)
+    assert "retries" not in shown
+    plain = metadata.describe({"persistent": "true"}).as_dict()
+    assert (plain["message_retries"], plain["handler_retries"]) == (0, 0)

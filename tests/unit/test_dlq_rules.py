@@ -95,3 +95,31 @@ def test_every_error_names_the_line(text: str, line: int, words: str) -> None:
 def test_an_empty_table_is_an_error() -> None:
     with pytest.raises(ConfigError, match="no rules"):
         parse_rules("* nothing\n\n", source="e.rules")
+
+
+def test_comments_whole_lines_and_after_a_rule() -> None:
+    # `*` starts a comment line, as in runmqdlq's tables; `#` a comment line or the rest of a
+    # line after a rule, outside quotes (a '#' inside a quoted selector is the selector's).
+    text = """\
+* IBM's comment line
+  # ours, indented
+INPUTQ(jms-bridge.undelivered) WAIT(NO)        # control data: first line, optional
+DESTQ(orders.*) ACTION(RETRY) RETRY(3)# no blank before it
+REASON(2053) ACTION(FWD) + # a continued rule, its comment before the next line
+   FWDQ(full.$)   # and after it
+SELECTOR('note = ''a # b''') ACTION(IGNORE) # a quoted # is not a comment
+ACTION(DISCARD)
+"""
+    rules = parse_rules(text, source="c.rules", header_map=RABBITMQ)
+    assert rules.control.inputq == "jms-bridge.undelivered" and not rules.control.wait
+    assert [r.line for r in rules.rules] == [4, 5, 7, 8]
+    assert rules.rules[0].retry == 3
+    assert rules.rules[1].fwdq == "full.$"
+    assert rules.decide(facts(None, None, "/queue/x", note="a # b")).action == "IGNORE"
+    assert rules.decide(facts(None, None, "/queue/x", note="a")).action == "DISCARD"
+    assert "#" not in rules.rules[0].text
+
+
+def test_a_hash_inside_an_unquoted_value_is_kept() -> None:
+    d = parse_rules("ACTION(FWD) FWDQ(/queue/a#b)").decide(facts())
+    assert d.destination == "/queue/a#b"

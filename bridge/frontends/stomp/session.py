@@ -47,6 +47,11 @@ from policies.reasons import MQRC_CONNECTION_BROKEN, MQRC_HOST_NOT_AVAILABLE, Re
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 _receipts = itertools.count(1)
+# The receipt a copy's SEND asks for. RabbitMQ's STOMP plugin keeps a SEND's receipt header in
+# the message (as it keeps every header it does not know), so a copy would reach its consumer
+# with the bridge's receipt: a delivery carrying one of these has it taken off.
+COPY_RECEIPT = "jms-bridge-copy-"
+_COPY_RECEIPT_LINE = b"\nreceipt:" + COPY_RECEIPT.encode()
 
 
 class _Copies:
@@ -457,6 +462,11 @@ class Session:
 
     def _delivered(self, frame: Frame) -> bytes:
         """Offer a MESSAGE to the chain; a delivery can be relayed or rewritten only."""
+        if _COPY_RECEIPT_LINE in frame.raw[:frame.body_at]:
+            frame = Frame("MESSAGE", [
+                (n, v) for n, v in frame.headers
+                if not (n == "receipt" and v.startswith(COPY_RECEIPT))
+            ], frame.body, version=self.version)
         view = delivery_view(frame, self.version)
         if self._consumers is not None:
             self._consumers.delivered(view, frame)
@@ -492,7 +502,7 @@ class Session:
             if original is None:
                 continue
             if copy.destination is not None:
-                receipt = f"jms-bridge-{next(_receipts)}"
+                receipt = f"{COPY_RECEIPT}{next(_receipts)}"
                 group.receipts.add(receipt)
                 self._awaiting[receipt] = group
                 out.to_broker.append(copy_frame(copy, original, receipt, self.version))
