@@ -41,7 +41,15 @@ from stomp.utils import Frame  # type: ignore[import-untyped]
 from adapters.activemq_connection import Ack, Inbox, Listener, activemq_reason
 from adapters.activemq_puts import Puts, valid_destination
 from adapters.activemq_statistics import Statistics
-from adapters.base import PER_DELIVERY, Held, Message, Move, PutCheck, StagedFormat
+from adapters.base import (
+    PER_DELIVERY,
+    BrokerExpiry,
+    Held,
+    Message,
+    Move,
+    PutCheck,
+    StagedFormat,
+)
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, Refused
 from policies.reasons import MQRC_Q_FULL
@@ -54,6 +62,20 @@ SELECTOR_FIELDS = {
 }
 # STOMP headers ActiveMQ maps to JMS fields: not properties a selector can name.
 MAPPED_HEADERS = frozenset({"persistent", "priority", "expires", "timestamp", "reply-to"})
+
+# ActiveMQ moves an expired persistent message to its dead-letter queue (ActiveMQ.DLQ, or the
+# one its deadLetterStrategy names), saying why in dlqDeliveryFailureCause ("java.lang.Throwable:
+# Message Expired. Expiration:<ms>"); it drops an expired non-persistent one (processExpired,
+# processNonPersistent=false). ``watch_expiries`` takes only those that asked to be kept: the
+# operator's other dead letters stay where they are. The flag is a string from STOMP and a
+# boolean from a JMS client.
+EXPIRED_SELECTOR = (
+    "(JMS_TIBCO_PRESERVE_UNDELIVERED = 'true' OR JMS_TIBCO_PRESERVE_UNDELIVERED = TRUE)"
+    " AND dlqDeliveryFailureCause LIKE '%Message Expired%'"
+)
+EXPIRED_PREFETCH = 100
+_DEAD_LETTER_HEADERS = ("original-destination", "originalExpiration", "dlqDeliveryFailureCause",
+                        "message-id")
 
 # ActiveMQ always assigns its own JMSMessageID. Each streamed level would be a subscription whose
 # prefetch the broker fills at once, so the binary levels stay (no second levels).
@@ -85,8 +107,14 @@ class ActiveMQ(Puts, Statistics):
         heartbeats: tuple[int, int] = (10000, 10000),
         connect_attempts: int = 1,
         retry_wait: float = 0.2,
+        dead_letter_queue: str | None = "ActiveMQ.DLQ",
     ) -> None:
+        """``dead_letter_queue``: where the broker puts the messages it expires, read by
+        ``watch_expiries`` (a wildcard, ``DLQ.>``, for a per-destination deadLetterStrategy);
+        None: not read."""
         self.endpoint = stomp
+        self._dead_letter_queue = dead_letter_queue
+        self._expiry_sid: str | None = None
         self._peek_wait = peek_wait  # how long a peek waits for the next head after a settle
         self._subscribe_wait = subscribe_wait  # the same, for the first head after subscribing
         self._take_wait = take_wait
@@ -212,6 +240,38 @@ class ActiveMQ(Puts, Statistics):
             raise Refused(activemq_reason(failure), f"subscribing to {destination}: {failure}")
         self._listened[sid] = topic
 
+    def watch_expiries(self, queue: str) -> str | None:
+        """Subscribe to the dead-letter queue with EXPIRED_SELECTOR. ``queue`` (the bridge's
+        name for these deliveries) is RabbitMQ's; here they are the dead-letter queue's. A
+        subscription the broker refuses (a user who may not read it) is logged, not raised."""
+        source = self._dead_letter_queue
+        if source is None:
+            return None
+        destination = f"/queue/{source}"
+        sid, failure = self._subscribe_to(
+            destination, self._polled, ack="client-individual", selector=EXPIRED_SELECTOR,
+            **{"activemq.prefetchSize": str(EXPIRED_PREFETCH)})
+        if failure is not None:
+            self._log.warning("expired messages not read from the dead-letter queue",
+                              queue=source, error=failure)
+            return None
+        self._polled_queue[sid] = source
+        self._expiry_sid = sid
+        return source
+
+    def expiry_of(self, message: Message) -> BrokerExpiry | None:
+        """None unless ActiveMQ dead-lettered it for its expiry."""
+        h = message.headers
+        destination = h.get("original-destination")
+        if "Message Expired" not in h.get("dlqDeliveryFailureCause", "") or not destination:
+            return None
+        when = h.get("originalExpiration", "")
+        expired_ms = int(when) if when.isdigit() else int(time.time() * 1000)
+        own = {n: v for n, v in h.items() if n not in _DEAD_LETTER_HEADERS}
+        own["expires"] = str(expired_ms)  # its time to live as sent (the broker set it to 0)
+        return BrokerExpiry(destination, expired_ms, Message(own, message.body),
+                            h.get("message-id"))
+
     def poll(self, timeout: float) -> list[Held]:
         """Deliveries since the last call (and those put back); waits up to ``timeout`` s."""
         self._live()
@@ -228,7 +288,10 @@ class ActiveMQ(Puts, Statistics):
                 sid = frame.headers.get("subscription", "")
                 queue = self._polled_queue.get(sid)
                 if queue is not None:
-                    out.append(self._held(queue, frame, peeked=False))
+                    held = self._held(queue, frame, peeked=False)
+                    if sid == self._expiry_sid:  # its own id: the dead letter keeps it
+                        held.message.headers["message-id"] = frame.headers.get("message-id", "")
+                    out.append(held)
                 elif sid in self._listened:
                     out.append(Held(self._listened[sid], message_from_frame(frame), None))
         return out

@@ -110,6 +110,16 @@ class PutCheck:
     changing: bool = False  # the answer depends on how full the target is now: ask again soon
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerExpiry:
+    """A message the broker expired on one of its own queues, as its dead letter tells it."""
+
+    destination: str  # where it expired, as a STOMP destination
+    expired_ms: int  # when it expired (epoch ms), as near as the broker says
+    message: Message  # the application's message, without the broker's dead-letter headers
+    message_id: str | None = None  # its own id, where the broker keeps it
+
+
 class StagingBroker(Protocol):
     name: str  # "rabbitmq" | "activemq"
     format: StagedFormat  # what staged copies look like on this broker
@@ -145,6 +155,17 @@ class StagingBroker(Protocol):
         ``token`` is None: acknowledged on delivery, never settled or put back. The
         subscription is this connection's own and goes with it. Refused when the broker does
         not let this user subscribe (the connection stays usable)."""
+
+    def watch_expiries(self, queue: str) -> str | None:
+        """Start receiving into ``poll`` the messages this broker expires on its own queues and
+        dead-letters where the bridge can take them (RabbitMQ: a dead-letter exchange and queue
+        named ``queue``; ActiveMQ: its dead-letter queue, only the expired messages that asked
+        to be kept), to be acknowledged by ``settle`` like a subscription's. Returns the
+        ``Held.queue`` of these deliveries; None when this adapter is set to take none."""
+
+    def expiry_of(self, message: Message) -> BrokerExpiry | None:
+        """What a delivery of ``watch_expiries`` was: None when the broker dead-lettered it
+        for another reason than its expiry (nothing the bridge keeps)."""
 
     def poll(self, timeout: float) -> list[Held]:
         """Messages delivered by subscriptions since the last call; waits up to ``timeout``

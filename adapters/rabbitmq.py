@@ -3,7 +3,8 @@
 Headers are mapped to and from AMQP properties as RabbitMQ's STOMP plugin does it
 (``adapters.rabbitmq_stomp``). The connection, its channels and the translation of pika's errors
 are ``adapters.rabbitmq_connection``'s; settling and publishing ``adapters.rabbitmq_puts``'s;
-``check_put`` (the management API) ``adapters.rabbitmq_checks``'s.
+``check_put`` (the management API) ``adapters.rabbitmq_checks``'s; the messages RabbitMQ expires
+(``watch_expiries``) ``adapters.rabbitmq_expiry``'s.
 
 Nothing is held longer than the caller holds it: mind RabbitMQ's consumer_timeout (30 min).
 ``poll`` or any other call keeps pika's heart-beats going; call one at least every ``heartbeat``
@@ -24,6 +25,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from adapters.base import Held, Message, StagedFormat
 from adapters.rabbitmq_checks import Checks
 from adapters.rabbitmq_connection import Tag, close_quietly, parameters, refusal_reason
+from adapters.rabbitmq_expiry import Expiries
 from adapters.rabbitmq_puts import Puts
 from adapters.rabbitmq_stomp import escape_queue, stomp_headers
 from policies.endpoints import Endpoint
@@ -70,7 +72,7 @@ FORMAT = StagedFormat(
 )
 
 
-class RabbitMQ(Puts, Checks):
+class RabbitMQ(Puts, Checks, Expiries):
     """The staging interface on RabbitMQ through one pika BlockingConnection."""
 
     name = "rabbitmq"
@@ -88,7 +90,11 @@ class RabbitMQ(Puts, Checks):
         management: Endpoint | None = None,
         http_timeout: float = 5.0,
         queue_type: str = "classic",
+        expiry_policy: str | None = None,
     ) -> None:
+        """``expiry_policy``: a pattern of the queues whose expired messages a policy the
+        bridge applies brings to ``watch_expiries`` (``adapters.rabbitmq_expiry``); None:
+        none applied."""
         if queue_type not in QUEUE_TYPES:
             raise ValueError(f"queue_type: expected one of {', '.join(QUEUE_TYPES)}, "
                              f"got {queue_type!r}")
@@ -97,6 +103,7 @@ class RabbitMQ(Puts, Checks):
         self._quorum = queue_type == "quorum"
         self._told_as_it_is = False  # (the warning for queues an earlier bridge declared)
         self._management = management
+        self._expiry_policy = expiry_policy
         self._http_timeout = http_timeout
         # One set for each node (the endpoint's alternates: a cluster's other nodes), tried in
         # turn from the one that answered last.

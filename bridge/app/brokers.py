@@ -15,10 +15,11 @@ def staging_broker(settings: Settings) -> StagingBroker:
         from adapters.rabbitmq import RabbitMQ
 
         return RabbitMQ(bridge_amqp(settings), management=settings.upstream_management,
-                        queue_type=settings.staging_queue_type)
+                        queue_type=settings.staging_queue_type,
+                        expiry_policy=settings.expiry_policy)
     from adapters.activemq import ActiveMQ
 
-    return ActiveMQ(bridge_stomp(settings))
+    return ActiveMQ(bridge_stomp(settings), dead_letter_queue=settings.expiry_dead_letter_queue)
 
 
 def staged_format(settings: Settings) -> StagedFormat:

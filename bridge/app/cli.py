@@ -94,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--undelivered-queue", metavar="NAME",
                      help="where failed deliveries go when their policy says undelivered "
                           "(default jms-bridge.undelivered)")
+    run.add_argument("--expiry-policy", metavar="REGEX|off",
+                     help="RabbitMQ: apply a policy (lowest priority, needs "
+                          "--upstream-management) that dead-letters the expired messages of "
+                          "the queues whose names match REGEX to the bridge, which keeps those "
+                          "that asked to be (JMS_TIBCO_PRESERVE_UNDELIVERED) on the undelivered "
+                          "queue (default off)")
+    run.add_argument("--expiry-dead-letter-queue", metavar="NAME|off",
+                     help="ActiveMQ: the dead-letter queue the broker moves expired messages "
+                          "to, from which the bridge takes those that asked to be kept to the "
+                          "undelivered queue (default ActiveMQ.DLQ; DLQ.> for "
+                          "per-destination dead-letter queues)")
     run.add_argument("--message-retry", metavar="COUNT:INTERVAL_MS",
                      help="retries of a release its target refused for a reason that can pass "
                           "(queue full), and the wait between them (default 10:1000)")

@@ -59,6 +59,12 @@ class Settings:
     # Where a failed delivery goes when its policy says "undelivered" (TIBCO's
     # $sys.undelivered, WebSphere's system exception destination).
     undelivered_queue: str = "jms-bridge.undelivered"
+    # The messages the broker expires on its own that asked to be kept reach the undelivered
+    # queue through the bridge. RabbitMQ: the queues (a regex of names) a policy of the bridge
+    # gives its dead-letter exchange; None: no policy (the operator's may name the exchange).
+    # ActiveMQ: the dead-letter queue it reads them from; None: none.
+    expiry_policy: str | None = None
+    expiry_dead_letter_queue: str | None = "ActiveMQ.DLQ"
     # Message-retry of a release its target refused for a reason that can pass (queue full):
     # the YAML file's ``message-retry`` mapping (count, interval-ms, destination patterns), or
     # COUNT:INTERVAL_MS for the default (a flag, the environment). Default 10 x 1000 ms.
@@ -265,6 +271,23 @@ def _convert(name: str, value: Any, source: str) -> Any:
         if not v or "/" in v:
             raise ConfigError(f"{what}: expected a queue name without '/', got {value!r}")
         return v
+    if name == "expiry-policy":
+        v = str(value).strip()
+        if v.lower() in ("", "off", "none"):
+            return None
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ConfigError(f"{what}: not a regular expression ({exc}): {value!r}") from None
+        return v
+    if name == "expiry-dead-letter-queue":
+        v = str(value).strip()
+        if v.lower() in ("", "off", "none"):
+            return None
+        if "/" in v:
+            raise ConfigError(f"{what}: expected a queue name without '/' (or off), "
+                              f"got {value!r}")
+        return v
     if name == "staging-prefix":
         v = str(value).strip()
         if not v or "/" in v:
@@ -388,6 +411,9 @@ def resolve(
     if settings.staging_queue_type == "quorum" and settings.broker != "rabbitmq":
         raise ConfigError("staging-queue-type: quorum queues are RabbitMQ's; ActiveMQ has none "
                           "(use classic, the default, with --broker activemq)")
+    if settings.expiry_policy is not None and settings.broker != "rabbitmq":
+        raise ConfigError("expiry-policy: a RabbitMQ policy; with --broker activemq the "
+                          "bridge reads --expiry-dead-letter-queue")
     if settings.upstream_management is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")

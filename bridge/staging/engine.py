@@ -42,13 +42,16 @@ from bridge.staging.engine_orders import OperatorOrders
 from bridge.staging.engine_settling import Settling
 from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import (
+    EXPIRED_ON,
     FAILED_AT,
+    MESSAGE_ID,
     REASON,
     REASON_CODE,
     REASON_TEXT,
     Staged,
     hop_headers,
     released_headers,
+    staged_headers,
 )
 from bridge.staging.failures import FailurePath, FailureSettings
 from bridge.staging.levels import MIN_LEVEL, Layout
@@ -204,6 +207,8 @@ class Engine(Settling, OperatorOrders):
         self._connected = False
         self._connected_at = 0
         self._undeclared: list[str] = []  # staging queues to declare after the connect
+        # The ``Held.queue`` of the messages the broker expired on its own (``watch_expiries``).
+        self._expiries: str | None = None
         self._settled_since_connect = False
         self._reconnect_at = 0
         self._failures = 0
@@ -350,8 +355,9 @@ class Engine(Settling, OperatorOrders):
             return
         started = time.monotonic()
         self.broker.ensure_queues(self._undeclared)
+        self._expiries = self.broker.watch_expiries(self.layout.expired)
         self.log.debug("staging queues declared", queues=len(self._undeclared),
-                       seconds=round(time.monotonic() - started, 3))
+                       seconds=round(time.monotonic() - started, 3), expiries=self._expiries)
         self._undeclared = []
 
     def _lost(self, error: Exception, now_ms: int) -> float:
@@ -373,6 +379,7 @@ class Engine(Settling, OperatorOrders):
 
     def _forget(self) -> None:
         self._connected = False
+        self._expiries = None
         self._heap.clear()
         self._pending.clear()
         self._hops.clear()
@@ -550,6 +557,9 @@ class Engine(Settling, OperatorOrders):
             if held.queue == control:
                 self._take_order(held.message, now_ms)
                 continue
+            if held.queue == self._expiries:
+                self._pending.append(self._broker_expired(held, now_ms))
+                continue
             buffer = self._buffers.get(held.queue)
             try:
                 staged = Staged.of(held.message.headers)
@@ -568,6 +578,31 @@ class Engine(Settling, OperatorOrders):
                 self._pending.append(self._hop(held, staged, now_ms))
                 continue
             heapq.heappush(self._heap, (staged.due_ms, next(self._seq), held, staged))
+
+    def _broker_expired(self, held: Held, now_ms: int) -> Work:
+        """A message the broker expired on its own: dropped unless it asked for a report or to
+        be kept, or its destination's policy names an expiry destination; then, read as a
+        staged copy that expired, it takes the staged expiry's path (``_expired``), its move to
+        the undelivered queue kept on the staging queues if that queue refuses it."""
+        expiry = self.broker.expiry_of(held.message)
+        if expiry is None or self.failures.routine_expiry(expiry.message.headers,
+                                                          expiry.destination):
+            return Work(WorkKind.DROP, Move(held))
+        headers = expiry.message.headers
+        id_header = self.broker.format.message_id_header
+        if expiry.message_id and MESSAGE_ID not in headers and not (
+            id_header and headers.get(id_header)
+        ):  # ActiveMQ's own id: the application's message id
+            headers = {**headers, MESSAGE_ID: expiry.message_id}
+        sent = headers.get("timestamp", "")
+        sent_ms = int(sent) if sent.isdigit() else expiry.expired_ms
+        staged = dict(staged_headers(
+            headers, self.broker.format, target=expiry.destination,
+            staging_destination=self._ready_dest, due_ms=expiry.expired_ms, sent_ms=sent_ms,
+            expires_ms=expiry.expired_ms, drop=()))
+        staged[EXPIRED_ON] = expiry.destination
+        copy = Held(held.queue, Message(staged, held.message.body), held.token)
+        return Work(WorkKind.EXPIRE, Move(copy), Staged.of(staged))
 
     def _release(self, now_ms: int) -> None:
         """Release every held message that is due, in one settle call."""

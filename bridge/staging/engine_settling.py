@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import (
+    EXPIRED_ON,
     FRAME_ONLY,
     KEPT,
     PREFIX,
@@ -141,8 +142,10 @@ class Settling:
         if self.failures.routine_expiry(w.move.held.message.headers, staged.target):
             return w
         expires = staged.expires_ms
-        return self._failed(w, Cause.EXPIRED, MQFB_EXPIRATION,
-                            f"its time to live ran out at {expires} while staged", now_ms)
+        where = w.move.held.message.headers.get(EXPIRED_ON)
+        text = (f"its time to live ran out at {expires} on {where} (expired by the broker)"
+                if where else f"its time to live ran out at {expires} while staged")
+        return self._failed(w, Cause.EXPIRED, MQFB_EXPIRATION, text, now_ms)
 
     def _failed(self, w: Work, cause: Cause, reason: Reason, text: str, now_ms: int) -> Work:
         """The move that takes a message that cannot be delivered where the failure path says,
@@ -231,6 +234,8 @@ class Settling:
                 if kind is WorkKind.HOP:
                     hops += 1
                     continue
+            if kind is WorkKind.DROP:
+                continue
             if kind is WorkKind.INVALID:
                 headers = w.move.held.message.headers
                 outcomes.append(Outcome(

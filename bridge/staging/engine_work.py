@@ -26,6 +26,9 @@ class WorkKind(Enum):
     KEEP = "keep"  # its dead-letter destination refused it: back on the staging queues
     CANCEL = "cancel"  # an operator's order: acknowledged, never delivered
     RELEASE_NOW = "release-now"  # an operator's order: delivered before its due time
+    # A broker's dead letter the bridge does not keep (an expiry nothing asked to keep, another
+    # reason): acknowledged, as the broker would have dropped it.
+    DROP = "drop"
 
 
 @dataclass(slots=True)

@@ -49,6 +49,8 @@ RETRIES = PREFIX + "retries"
 RETRY_AT = PREFIX + "retry-at"
 # Times its dead-letter destination refused it (it was kept on the staging queues each time).
 KEPT = PREFIX + "kept"
+# On a message the broker expired on its own: the queue it expired on (STOMP form).
+EXPIRED_ON = PREFIX + "expired-on"
 # On a report message (``policies.reports``): exception | expiration.
 REPORT = PREFIX + "report"
 TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"

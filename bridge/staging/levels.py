@@ -126,9 +126,16 @@ class Layout:
         return f"{self.prefix}.undeliverable"
 
     @property
+    def expired(self) -> str:
+        """Where RabbitMQ dead-letters the messages it expires, for the engine to keep those
+        that asked to be kept (``adapters.rabbitmq_expiry``): a queue, and an exchange."""
+        return f"{self.prefix}.expired"
+
+    @property
     def all_queues(self) -> tuple[str, ...]:
-        """The level and ready queues, and those the engine moves messages aside to."""
-        return (*self.queues, self.invalid, self.undeliverable)
+        """The level and ready queues, those the engine moves messages aside to, and the one
+        it takes the broker's expired messages from."""
+        return (*self.queues, self.invalid, self.undeliverable, self.expired)
 
 
 _TOPICS = ("/topic/", "topic://", "/exchange/", "/temp-topic/")

@@ -65,6 +65,7 @@ def clean(broker: Broker, layout: Layout) -> None:
         channel = conn.channel()
         for q in queues:
             channel.queue_delete(q)
+        channel.exchange_delete(layout.expired)  # the engine's dead-letter exchange
         conn.close()
         return
     conn = stomp.Connection12([(broker.stomp_host, broker.stomp_port)], heartbeats=(0, 0))

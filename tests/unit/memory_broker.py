@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from adapters import activemq, rabbitmq
-from adapters.base import Held, Message, Move, PutCheck, StagedFormat
+from adapters.base import BrokerExpiry, Held, Message, Move, PutCheck, StagedFormat
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 from policies.reasons import Reason
 
@@ -182,6 +182,13 @@ class MemoryBroker:
             if self.refuse_listen is not None:
                 raise Refused(self.refuse_listen, f"subscribing to /topic/{topic}")
             self.listening.add(topic)
+
+    def watch_expiries(self, queue: str) -> str | None:
+        """Messages never expire here: nothing to watch."""
+        return None
+
+    def expiry_of(self, message: Message) -> BrokerExpiry | None:
+        return None
 
     def poll(self, timeout: float) -> list[Held]:
         with self._lock:
