@@ -116,3 +116,142 @@ def test_the_plugin_readme_with_pika(dx_bridge: BridgeProcess, names: list[str])
     assert props.headers["app"] == "kept"
     assert props.message_id == "M-dx-1"
     conn.close()
+
+
+def _closed(conn: pika.BlockingConnection, call: Any) -> pika.exceptions.ChannelClosedByBroker:
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        call()
+    assert conn.is_open  # a channel error: the connection carries on
+    return closed.value
+
+
+def test_fanout_exchange_to_exchange_and_headers_routing_at_release(
+    dx_bridge: BridgeProcess, names: list[str],
+) -> None:
+    conn = _connect(dx_bridge)
+    ch = conn.channel()
+    fanout = _delayed_exchange(ch, names, "fanout")
+    queues = [_bound_queue(ch, names, fanout, "") for _ in range(3)]
+    onward = _name("x")  # a plain exchange behind the delayed one
+    names.append(onward)
+    ch.exchange_declare(onward, "direct")
+    ch.exchange_bind(onward, fanout, "")
+    behind = _bound_queue(ch, names, onward, "k2")
+    headers = _delayed_exchange(ch, names, "headers")
+    matched = _bound_queue(ch, names, headers, "", {"x-match": "all", "kind": "a"})
+    unmatched = _bound_queue(ch, names, headers, "", {"x-match": "all", "kind": "b"})
+    ch.confirm_delivery()
+    ch.basic_publish(fanout, "k2", b"f", pika.BasicProperties(headers={"x-delay": "2000"}))
+    ch.basic_publish(headers, "", b"h", pika.BasicProperties(
+        headers={"x-delay": 2000, "kind": "a"}))
+    time.sleep(0.5)
+    assert all(_get(ch, q, 0.01) is None for q in (*queues, behind, matched))
+    for queue in (*queues, behind):
+        got = _get(ch, queue, 10)
+        assert got is not None and got[1] == b"f", queue
+        assert got[0].headers["x-delay"] == -2000
+    got = _get(ch, matched, 10)
+    assert got is not None and got[1] == b"h" and got[0].headers["kind"] == "a"
+    assert _get(ch, unmatched, 0.3) is None
+    conn.close()
+
+
+def test_declares_as_on_a_broker_with_the_plugin(
+    dx_bridge: BridgeProcess, names: list[str],
+) -> None:
+    conn = _connect(dx_bridge)
+    ch = conn.channel()
+    exchange = _delayed_exchange(ch, names, "topic")
+    ch.exchange_declare(exchange, DELAYED, durable=True, arguments={"x-delayed-type": "topic"})
+    ch.exchange_declare(exchange, DELAYED, passive=True)
+    refused = _closed(conn, lambda: ch.exchange_declare(
+        exchange, DELAYED, durable=True, arguments={"x-delayed-type": "direct"}))
+    assert refused.reply_code == 406 and "PRECONDITION_FAILED" in refused.reply_text
+    ch = conn.channel()
+    refused = _closed(conn, lambda: ch.exchange_declare(_name("x"), DELAYED))
+    assert refused.reply_code == 406
+    assert refused.reply_text.startswith("MQRC_OPTIONS_ERROR (2046)")
+    assert "'x-delayed-type' must be an existing exchange type" in refused.reply_text
+    ch = conn.channel()
+    refused = _closed(conn, lambda: ch.exchange_declare(
+        _name("x"), DELAYED, arguments={"x-delayed-type": "x-bogus"}))
+    assert refused.reply_code == 406
+    assert refused.reply_text.startswith("MQRC_OPTIONS_ERROR (2046): x-delayed-type='x-bogus'")
+    ch = conn.channel()
+    queue = _bound_queue(ch, names, exchange, "a.*")
+    ch.queue_unbind(queue, exchange, "a.*")
+    ch.exchange_delete(exchange)
+    direct = _direct()
+    probe = direct.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:  # the marker too
+        probe.exchange_declare(f"jms-bridge.delayed-message.{exchange}", passive=True)
+    assert gone.value.reply_code == 404
+    direct.close()
+    conn.close()
+
+
+def test_negative_zero_and_bad_x_delay(dx_bridge: BridgeProcess, names: list[str]) -> None:
+    conn = _connect(dx_bridge)
+    ch = conn.channel()
+    exchange = _delayed_exchange(ch, names)
+    queue = _bound_queue(ch, names, exchange)
+    ch.confirm_delivery()
+    ch.basic_publish(exchange, "k", b"neg", pika.BasicProperties(headers={"x-delay": -5000}))
+    ch.basic_publish(exchange, "k", b"zero", pika.BasicProperties(headers={"x-delay": 0}))
+    for body in (b"neg", b"zero"):
+        got = _get(ch, queue, 2)
+        assert got is not None and got[1] == body
+    refused = _closed(conn, lambda: ch.basic_publish(
+        exchange, "k", b"bad", pika.BasicProperties(headers={"x-delay": "soon"})))
+    assert refused.reply_code == 406
+    assert refused.reply_text.startswith("MQRC_OPTIONS_ERROR (2046): x-delay='soon'")
+    other = conn.channel()
+    assert _get(other, queue, 1.5) is None  # nothing staged, nothing delivered
+    conn.close()
+
+
+def test_tx_stages_on_commit(dx_bridge: BridgeProcess, names: list[str]) -> None:
+    conn = _connect(dx_bridge)
+    ch = conn.channel()
+    exchange = _delayed_exchange(ch, names)
+    queue = _bound_queue(ch, names, exchange)
+    ch.tx_select()
+    ch.basic_publish(exchange, "k", b"rolled", pika.BasicProperties(headers={"x-delay": 500}))
+    ch.tx_rollback()
+    ch.basic_publish(exchange, "k", b"kept", pika.BasicProperties(headers={"x-delay": 500}))
+    ch.tx_commit()
+    got = _get(ch, queue, 10)
+    assert got is not None and got[1] == b"kept"
+    assert _get(ch, queue, 1.0) is None
+    conn.close()
+
+
+def test_a_release_no_queue_takes_is_undeliverable(
+    dx_bridge: BridgeProcess, names: list[str],
+) -> None:
+    conn = _connect(dx_bridge)
+    ch = conn.channel()
+    exchange = _delayed_exchange(ch, names)
+    ch.confirm_delivery()
+    ch.basic_publish(exchange, "nobody", b"lost?", pika.BasicProperties(
+        headers={"x-delay": 300}, message_id=f"M-dx-{uuid.uuid4().hex[:8]}"))
+    undeliverable = f"{dx_bridge.staging_prefix}.undeliverable"  # type: ignore[attr-defined]
+    direct = _direct()  # (the bridge keeps clients off its own queues)
+    ch = direct.channel()
+    deadline = time.monotonic() + 15
+    found = None
+    while found is None and time.monotonic() < deadline:
+        method, props, body = ch.basic_get(undeliverable, auto_ack=False)
+        if method is None:
+            time.sleep(0.1)
+        elif body == b"lost?":
+            ch.basic_ack(method.delivery_tag)
+            found = props
+        else:
+            ch.basic_nack(method.delivery_tag, requeue=True)
+    assert found is not None, dx_bridge.log()
+    assert found.headers["jms-bridge-reason"] == "MQRC_UNKNOWN_OBJECT_NAME"
+    assert f"no queue bound to exchange {exchange!r}" in found.headers["jms-bridge-reason-text"]
+    assert found.headers["jms-bridge-original-destination"] == f"/exchange/{exchange}/nobody"
+    direct.close()
+    conn.close()
