@@ -4,9 +4,13 @@ staged by the bridge and routed through that exchange when due."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -255,3 +259,39 @@ def test_a_release_no_queue_takes_is_undeliverable(
     assert found.headers["jms-bridge-original-destination"] == f"/exchange/{exchange}/nobody"
     direct.close()
     conn.close()
+
+
+CLIENTS = Path(__file__).parents[1] / "clients" / "amqp"
+JAVA_CLASSPATH = "/usr/share/java/amqp-client.jar:/usr/share/java/slf4j-api.jar"
+
+
+def test_the_rabbitmq_jms_clients_delivery_delay_with_the_java_client(
+    dx_bridge: BridgeProcess, names: list[str],
+) -> None:
+    if shutil.which("java") is None or not Path(JAVA_CLASSPATH.split(":")[0]).exists():
+        pytest.fail("java or the RabbitMQ Java client is missing: run scripts/install-test-deps",
+                    pytrace=False)
+    exchange, queue = _name("x"), _name("q")
+    names += [exchange, queue]
+    run = subprocess.run(["java", "-cp", JAVA_CLASSPATH, str(CLIENTS / "DelayedExchange.java"),
+                          str(dx_bridge.amqp_port), exchange, queue, "1000"],  # type: ignore[attr-defined]
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["early"] is False and found["body"] == "jms later", found
+    assert found["waited_ms"] >= 1000, found
+    assert found["x_delay"] == -1000 and found["x_delay_type"] == "Integer", found
+
+
+def test_the_plugin_readme_with_node_amqplib(dx_bridge: BridgeProcess, names: list[str]) -> None:
+    if not (CLIENTS / "node_modules" / "amqplib").is_dir():
+        pytest.fail("amqplib is not installed: run scripts/install-test-deps", pytrace=False)
+    exchange, queue = _name("x"), _name("q")
+    names += [exchange, queue]
+    run = subprocess.run(["node", str(CLIENTS / "delayed_exchange.js"),
+                          str(dx_bridge.amqp_port), exchange, queue, "800"],  # type: ignore[attr-defined]
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["early"] is False and found["body"] == "node later", found
+    assert found["waited_ms"] >= 800 and found["x_delay"] == -800, found
