@@ -108,7 +108,7 @@ class Checks(Connection):
             ch = self._conn.channel()
         try:
             ch.exchange_declare(marker_of(exchange), passive=True)
-        except pika.exceptions.ChannelClosedByBroker as exc:
+        except pika.exceptions.ChannelClosedByBroker:
             if self._conn is None or not self._conn.is_open or not self._main_open():
                 with self._translate():
                     raise

@@ -43,7 +43,7 @@ def declare(frame: Frame) -> bytes | None:
         raise Refused(MQRC_OPTIONS_ERROR, f"Invalid argument, '{TYPE_ARGUMENT}' must be an "
                       f"existing exchange type (exchange '{method.exchange}' declared "
                       f"{DELAYED_TYPE} without it)")
-    if kind not in EXCHANGE_TYPES:
+    if not isinstance(kind, str) or kind not in EXCHANGE_TYPES:
         raise Refused(MQRC_OPTIONS_ERROR, f"{TYPE_ARGUMENT}={kind!r} is not an exchange type "
                       f"(one of {', '.join(sorted(EXCHANGE_TYPES))}) on exchange "
                       f"'{method.exchange}'")

@@ -498,22 +498,21 @@ class _Link:
             if type(event) is PlainRun:  # publishes nobody needs to see: as they came
                 up.append(event.raw)
                 continue
-            if (type(event) is Frame and event.type == FRAME_METHOD  # type: ignore[union-attr]
-                    and event.method_index == DECLARE  # type: ignore[union-attr]
-                    and self.relay.delayed_exchanges):
-                assert isinstance(event, Frame)
+            if (type(event) is Frame and event.type == FRAME_METHOD
+                    and event.method_index == DECLARE and self.relay.delayed_exchanges):
                 try:
-                    made = declare(event)
+                    instead = declare(event)
                 except Refused as exc:
                     self.relay.stats.refusals[exc.reason.name] += 1
                     self.log.info("exchange declare refused", channel=event.channel,
                                   reason=exc.reason.name)
-                    for out in self.conn.refuse(event.channel, str(exc), class_id=DECLARE >> 16,
-                                                method_id=DECLARE & 0xFFFF):
-                        (back if type(out) is Answer else up).append(out.raw)
+                    for closing in self.conn.refuse(event.channel, str(exc),
+                                                    class_id=DECLARE >> 16,
+                                                    method_id=DECLARE & 0xFFFF):
+                        (back if type(closing) is Answer else up).append(closing.raw)
                     pending = deque(self.conn.recheck(pending))
                     continue
-                up.append(event.raw if made is None else made)
+                up.append(event.raw if instead is None else instead)
                 continue
             if side is not None and type(event) is Frame:
                 found = side.client_frame(event)
