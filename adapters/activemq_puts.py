@@ -261,7 +261,7 @@ class Puts(Connection):
             self.close()
             raise
 
-    def publish(self, destination: str, message: Message) -> None:
+    def publish(self, destination: str, message: Message, *, mandatory: bool = False) -> None:
         """SEND (a BytesMessage) with a receipt and wait for it; an ERROR for it (the
         connection stays open) is PutRefused."""
         conn = self._live()

@@ -94,6 +94,13 @@ def encode(table: Mapping[str, Any] | None, delivery_mode: int | None = None,
     return base64.b64encode(b"".join(pieces)).decode()
 
 
+def with_entry(text: str | None, name: str, value: Any) -> str | None:
+    """``TYPES_HEADER``'s value ``text`` (None: there was none) with one more typed entry."""
+    found = decode(text) if text else None
+    table, mode = found if found is not None else ({}, None)
+    return encode({**table, name: value}, mode)
+
+
 @functools.lru_cache(maxsize=256)
 def decode(text: str) -> tuple[dict[str, Any], int | None] | None:
     """The typed table and delivery mode ``encode`` wrote; None for anything else. Cached (a

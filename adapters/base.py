@@ -70,6 +70,9 @@ class Move:
     held: Held
     destination: str | None = None  # a STOMP destination ("/queue/a", "/topic/b", ...)
     message: Message | None = None
+    # An exchange that routes the message to no queue refuses it (a delayed-message
+    # exchange's release), as a queue that is not there does.
+    mandatory: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,9 @@ class PutCheck:
     refused: Refused | None = None  # it would not, and why
     max_body_bytes: int | None = None  # it refuses a larger body (MQRC_MSG_TOO_BIG_FOR_Q)
     changing: bool = False  # the answer depends on how full the target is now: ask again soon
+    # The target is a delayed-message exchange (``adapters.rabbitmq_delayed``): a delayed
+    # message to it is released mandatory and carries the plugin's ``x-delay`` back.
+    delayed_exchange: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +208,9 @@ class StagingBroker(Protocol):
         counts its pending messages this way while releases wait, so it passes a short
         ``wait_s``; an adapter whose answer is a local round trip may ignore it."""
 
-    def publish(self, destination: str, message: Message) -> None:
-        """Put one message to a STOMP destination and wait for the broker to confirm it."""
+    def publish(self, destination: str, message: Message, *, mandatory: bool = False) -> None:
+        """Put one message to a STOMP destination and wait for the broker to confirm it;
+        ``mandatory``: an exchange that routes it to no queue refuses it (PutRefused)."""
 
     def check_put(self, destination: str) -> PutCheck:
         """Whether the broker would take a message from this connection's user for

@@ -16,6 +16,7 @@ import pika.exceptions
 
 from adapters.base import PutCheck
 from adapters.rabbitmq_connection import Connection, close_quietly, refusal_reason
+from adapters.rabbitmq_delayed import marker_of
 from adapters.rabbitmq_stomp import route
 from policies.endpoints import Endpoint
 from policies.errors import Refused
@@ -95,7 +96,29 @@ class Checks(Connection):
                 raise
         finally:
             close_quietly(ch)
+        if where.exchange and self._delayed(where.exchange):
+            return PutCheck(delayed_exchange=True)
         return PutCheck() if limits is None else queue_check(destination, limits, ready)
+
+    def _delayed(self, exchange: str) -> bool:
+        """Whether ``exchange`` is a delayed-message exchange: its marker exists (a passive
+        declare, on a channel of its own, which a 404 closes)."""
+        with self._translate():
+            assert self._conn is not None
+            ch = self._conn.channel()
+        try:
+            ch.exchange_declare(marker_of(exchange), passive=True)
+        except pika.exceptions.ChannelClosedByBroker:
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                with self._translate():
+                    raise
+            return False  # 404: no marker, a plain exchange
+        except (pika.exceptions.AMQPError, OSError):
+            with self._translate():
+                raise
+        finally:
+            close_quietly(ch)
+        return True
 
     def staging_checks(self, destination: str) -> bool:
         """A staged copy is published to the default exchange, like a send to any queue; but

@@ -62,7 +62,7 @@ class Puts(Connection):
         """All puts in one transaction, then the acks. False when the batch could not be put
         that way (a target that refuses its declare, a message pika cannot write, a channel
         error): nothing acked, do it one by one."""
-        puts: list[tuple[Route, pika.BasicProperties, bytes] | None] = []
+        puts: list[tuple[Route, pika.BasicProperties, bytes, bool] | None] = []
         for move in moves:
             if move.destination is None:
                 puts.append(None)
@@ -79,7 +79,8 @@ class Puts(Connection):
                 except PutRefused:
                     return False  # _settle_each says which move it refuses
             try:
-                puts.append((where, amqp_properties(move.message.headers), move.message.body))
+                puts.append((where, amqp_properties(move.message.headers), move.message.body,
+                             where.queue or move.mandatory))
             except ValueError:
                 return False  # one by one, where that move is refused on its own
         try:
@@ -91,8 +92,8 @@ class Puts(Connection):
                 if put is None:
                     sent.append(None)
                     continue
-                where, props, body = put
-                publish(where.exchange, where.routing_key, body, props, mandatory=where.queue)
+                where, props, body, mandatory = put
+                publish(where.exchange, where.routing_key, body, props, mandatory=mandatory)
                 sent.append((where.exchange, where.routing_key, body))
             tx.tx_commit()
             assert self._conn is not None
@@ -116,12 +117,8 @@ class Puts(Connection):
             self._conn.process_data_events(0)  # writes the acks
         if refused < len(moves):
             move = moves[refused]
-            raise PutRefused(
-                refused, MQRC_UNKNOWN_OBJECT_NAME,
-                f"no queue {route(move.destination or '').routing_key!r} (the broker returned "
-                "the message unroutable)",
-                move.destination or "",
-            )
+            raise PutRefused(refused, MQRC_UNKNOWN_OBJECT_NAME, _unroutable(
+                route(move.destination or "")), move.destination or "")
         return True
 
     def _settle_each(self, moves: Sequence[Move]) -> None:
@@ -131,18 +128,20 @@ class Puts(Connection):
                 if move.message is None:
                     raise ValueError("a move with a destination needs a message")
                 try:
-                    self._put(move.destination, move.message)
+                    self._put(move.destination, move.message, mandatory=move.mandatory)
                 except PutRefused as refused:
                     raise refused.at(i) from None
             tag = self._tag(move.held)
             with self._translate():
                 self._ack_channel(tag).basic_ack(tag.delivery_tag, multiple=False)
 
-    def publish(self, destination: str, message: Message) -> None:
-        self._put(destination, message)
+    def publish(self, destination: str, message: Message, *, mandatory: bool = False) -> None:
+        self._put(destination, message, mandatory=mandatory)
 
-    def _put(self, destination: str, message: Message) -> None:
+    def _put(self, destination: str, message: Message, *, mandatory: bool = False) -> None:
         where = route(destination)
+        if mandatory and not where.queue:
+            where = Route(where.exchange, where.routing_key, where.declare, queue=True)
         try:
             props = amqp_properties(message.headers)
         except ValueError as bad:
@@ -154,12 +153,8 @@ class Puts(Connection):
             self._publish(where, props, message.body, destination)
         except pika.exceptions.UnroutableError:
             if not where.declare:
-                raise PutRefused(
-                    0, MQRC_UNKNOWN_OBJECT_NAME,
-                    f"no queue {where.routing_key!r} (the broker returned the message "
-                    "unroutable)",
-                    destination,
-                ) from None
+                raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME, _unroutable(where),
+                                 destination) from None
             self._declared.discard(where.routing_key)  # deleted since we declared it
             self._declare_target(where.routing_key, message.headers, destination)
             self._publish_or_fail(where, props, message.body, destination)
@@ -234,3 +229,11 @@ class Puts(Connection):
             with self._translate():
                 raise
         self._declared.add(queue)
+
+
+def _unroutable(where: Route) -> str:
+    """Why the broker returned a mandatory publish."""
+    if where.exchange:
+        return (f"no queue bound to exchange {where.exchange!r} takes routing key "
+                f"{where.routing_key!r} (the broker returned the message unroutable)")
+    return f"no queue {where.routing_key!r} (the broker returned the message unroutable)"

@@ -176,19 +176,21 @@ class Client:
                 return method
 
     def publish_bytes(self, queue: str, body: bytes, headers: dict[str, Any] | None,
-                      props: Any = None) -> bytes:
+                      props: Any = None, exchange: str = "") -> bytes:
         if props is None:
             props = commands.Basic.Properties(delivery_mode=1, headers=headers)
-        return (pframe.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+        return (pframe.marshal(commands.Basic.Publish(exchange=exchange, routing_key=queue), 1)
                 + pframe.marshal(pheader.ContentHeader(0, len(body), props), 1)
                 + pframe.marshal(pbody.ContentBody(body), 1))
 
     async def publish(self, queue: str, count: int, body: bytes, window: int,
-                      headers: dict[str, Any] | None = None, props: Any = None) -> float:
-        """Publish ``count`` messages with confirms, ``window`` outstanding; seconds taken."""
+                      headers: dict[str, Any] | None = None, props: Any = None,
+                      exchange: str = "") -> float:
+        """Publish ``count`` messages with confirms, ``window`` outstanding; seconds taken
+        (to ``exchange`` with ``queue`` as the routing key)."""
         self.send(commands.Confirm.Select())
         await self.expect(commands.Confirm.SelectOk)
-        one = self.publish_bytes(queue, body, headers, props)
+        one = self.publish_bytes(queue, body, headers, props, exchange)
         sent = confirmed = 0
         start = time.perf_counter()
         while confirmed < count:

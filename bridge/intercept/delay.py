@@ -9,9 +9,11 @@ for any other send.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from adapters.base import StagedFormat
+from adapters import amqp_types
+from adapters.base import PutCheck, StagedFormat
+from adapters.rabbitmq_delayed import DELAY_HEADER
 from bridge.intercept.chain import Interceptor, Interest
 from bridge.intercept.clock import wall_ms_ceil
 from bridge.intercept.decisions import RELAY, Decision, Hold, Refuse, Rewrite
@@ -20,7 +22,7 @@ from bridge.staging import envelope
 from bridge.staging.envelope import staged_headers
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, Outcome, Sink
-from bridge.staging.targets import TargetChecks, TargetKey, Unknown
+from bridge.staging.targets import PASSES, TargetChecks, TargetKey, Unknown
 from policies.delay import DelayConfig, delay_of
 from policies.errors import Refused
 from policies.reasons import (
@@ -73,7 +75,19 @@ class DelayInterceptor(Interceptor):
     def _stage(self, send: Send) -> Decision:
         headers, destination = send.headers, send.destination
         now = self.clock()
-        delayed = delay_of(headers, destination, now, self.config)
+        try:
+            delayed = delay_of(headers, destination, now, self.config)
+        except Refused:
+            if not _undelayed(headers, destination):
+                raise
+            # The plugin delivers at once what carries a negative x-delay: the same here, on
+            # a delayed-message exchange.
+            found = self._verdict(send)
+            if isinstance(found, Hold):
+                return found
+            if found.delayed_exchange:
+                return RELAY
+            raise
         if delayed is None:
             return RELAY
         fmt = self.fmt
@@ -93,28 +107,9 @@ class DelayInterceptor(Interceptor):
                     f"{name} is {size} bytes; a delayed message on {fmt.broker} can carry "
                     f"at most {fmt.short_string_bytes}",
                 )
-        if self.targets is not None:
-            who = send.principal
-            found = (who.login, who.vhost, destination, who.passcode)
-            key = self._keys.get(found)
-            if key is None:
-                key = TargetKey(*found)
-                if len(self._keys) >= 4096:  # many users times many targets: start again
-                    self._keys.clear()
-                self._keys[found] = key
-            verdict = self.targets.verdict(key)
-            if isinstance(verdict, Unknown):
-                targets = self.targets
-                return Hold(key, lambda: targets.check(key))
-            if verdict.refused is not None:
-                raise Refused(verdict.refused.reason, verdict.refused.detail)
-            limit = verdict.max_body_bytes
-            if limit is not None and send.body_size > limit:
-                raise Refused(
-                    MQRC_MSG_TOO_BIG_FOR_Q,
-                    f"{destination} takes messages of at most {limit} bytes; "
-                    f"this one has {send.body_size}",
-                )
+        verdict = self._verdict(send)
+        if isinstance(verdict, Hold):
+            return verdict
         queue = self.layout.queue_for(delayed.due_ms - now)
         staging = self._staging.get(queue)
         if staging is None:  # (the layout's few queues)
@@ -129,6 +124,8 @@ class DelayInterceptor(Interceptor):
             expires_ms=delayed.expires_ms,
             drop=self._drop,
         )
+        if verdict.delayed_exchange:
+            _as_the_plugin_routes(staged, delayed.header, delayed.delay_ms)
         if self.sinks:
             original_id = None
             for name, value in reversed(staged):  # (the envelope's entries are near the end)
@@ -139,3 +136,59 @@ class DelayInterceptor(Interceptor):
                                delayed.due_ms, delayed.expires_ms, queue=queue,
                                size=send.body_size))
         return Rewrite(staging, staged)
+
+    def _verdict(self, send: Send) -> PutCheck | Hold:
+        """What is known of the send's target (PASSES without target checks); a Hold while it
+        is asked; Refused when the target would refuse the message."""
+        if self.targets is None:
+            return PASSES
+        destination = send.destination
+        who = send.principal
+        found = (who.login, who.vhost, destination, who.passcode)
+        key = self._keys.get(found)
+        if key is None:
+            key = TargetKey(*found)
+            if len(self._keys) >= 4096:  # many users times many targets: start again
+                self._keys.clear()
+            self._keys[found] = key
+        verdict = self.targets.verdict(key)
+        if isinstance(verdict, Unknown):
+            targets = self.targets
+            return Hold(key, lambda: targets.check(key))
+        if verdict.refused is not None:
+            raise Refused(verdict.refused.reason, verdict.refused.detail)
+        limit = verdict.max_body_bytes
+        if limit is not None and send.body_size > limit:
+            raise Refused(
+                MQRC_MSG_TOO_BIG_FOR_Q,
+                f"{destination} takes messages of at most {limit} bytes; "
+                f"this one has {send.body_size}",
+            )
+        return verdict
+
+
+def _undelayed(headers: Mapping[str, str], destination: str) -> bool:
+    """Whether a refused send may be one the delayed-message plugin delivers at once: a
+    negative ``x-delay`` to an exchange."""
+    value = headers.get(DELAY_HEADER)
+    return (value is not None and destination.startswith("/exchange/")
+            and value.startswith("-") and value[1:].isascii() and value[1:].isdigit())
+
+
+def _as_the_plugin_routes(staged: list[tuple[str, str]], header: str, delay_ms: int) -> None:
+    """A staged copy for a delayed-message exchange: released mandatory, and carrying
+    ``x-delay`` as the plugin leaves it on what it delivers (the delay negated, a signed
+    32-bit integer, so that it is not delayed again)."""
+    staged.append((envelope.MANDATORY, "true"))
+    if header != DELAY_HEADER:
+        return
+    staged.append((DELAY_HEADER, str(-delay_ms)))
+    for i, (name, value) in enumerate(staged):
+        if name == amqp_types.TYPES_HEADER:
+            typed = amqp_types.with_entry(value, DELAY_HEADER, -delay_ms)
+            if typed is not None:
+                staged[i] = (name, typed)
+            return
+    typed = amqp_types.with_entry(None, DELAY_HEADER, -delay_ms)
+    if typed is not None:
+        staged.append((amqp_types.TYPES_HEADER, typed))

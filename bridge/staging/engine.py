@@ -623,5 +623,6 @@ class Engine(Settling, OperatorOrders):
 
     def _released(self, held: Held, staged: Staged, now_ms: int) -> Work:
         headers = released_headers(held.message.headers, self.broker.format, now_ms=now_ms)
-        move = Move(held, staged.target, Message(headers, held.message.body))
+        move = Move(held, staged.target, Message(headers, held.message.body),
+                    mandatory=staged.mandatory)
         return Work(WorkKind.RELEASE, move, staged)

@@ -110,7 +110,7 @@ class Settling:
         dest = (self._ready_dest if queue == self.layout.ready
                 else self.broker.format.client_destination(queue))
         retried = Staged(staged.target, due_ms, staged.sent_ms, now_ms, staged.expires_ms,
-                         staged.message_id)
+                         staged.message_id, staged.mandatory)
         return Work(kind, Move(held, dest, Message(out, held.message.body)), retried,
                     queue=queue, error=text, reason=reason, order=w.order, count=count)
 

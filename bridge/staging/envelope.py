@@ -56,6 +56,10 @@ REPORT = PREFIX + "report"
 TTL_HEADER = PREFIX + "ttl-header"  # which header carried the TTL: "expires" or "expiration"
 ORIGINAL_TTL = PREFIX + "ttl-value"  # its value as sent
 
+# The target is a delayed-message exchange: the release is published mandatory, so that a
+# message no queue takes goes to the undeliverable queue instead of nowhere.
+MANDATORY = PREFIX + "mandatory"
+
 # Headers that belong to one frame, not to the message: the adapter sets its own.
 FRAME_ONLY = frozenset({"receipt", "transaction", "content-length", "destination"})
 
@@ -112,6 +116,7 @@ class Staged:
     entered_ms: int
     expires_ms: int | None
     message_id: str
+    mandatory: bool = False  # (``MANDATORY``)
 
     @classmethod
     def of(cls, headers: dict[str, str]) -> Staged:
@@ -126,6 +131,7 @@ class Staged:
             entered_ms=int(headers[ENTERED]),
             expires_ms=int(expires) if expires else None,
             message_id=headers[MESSAGE_ID],
+            mandatory=MANDATORY in headers,
         )
 
 

@@ -465,6 +465,6 @@ def release_now(
         info = envelope.Staged.of(message.headers)
         now = time.time_ns() // 1_000_000
         headers = envelope.released_headers(message.headers, broker.format, now_ms=now)
-        broker.publish(info.target, Message(headers, message.body))
+        broker.publish(info.target, Message(headers, message.body), mandatory=info.mandatory)
 
     return _carry_out(broker, layout, Action.RELEASE, message_id, deliver, patience_s, answer_s)

@@ -39,6 +39,7 @@ from bridge.frontends.amqp.connection import (
 )
 from bridge.frontends.amqp.consumers import DROP, Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
+from bridge.frontends.amqp.exchanges import DECLARE, declare
 from bridge.frontends.amqp.framer import FRAME_HEARTBEAT, FRAME_METHOD, MAX_BODY_SIZE, Frame
 from bridge.frontends.amqp.refusal import refuse
 from bridge.frontends.amqp.settling import ConsumerSide
@@ -141,6 +142,9 @@ class AmqpRelay:
             hook = PublishScreen(chain)
         self.chain = chain if chain is not None and _consumer_side(chain) else None
         self.hook = hook
+        # Delayed-message exchanges are declared as the bridge keeps them (``exchanges``)
+        # where its chain screens publishes, which stages their delayed ones.
+        self.delayed_exchanges = isinstance(hook, PublishScreen)
         self.max_body_size = max_body_size
         self.connect_timeout = connect_timeout
         self.protocol_errors = 0
@@ -489,6 +493,22 @@ class _Link:
             event = pending.popleft()
             if type(event) is PlainRun:  # publishes nobody needs to see: as they came
                 up.append(event.raw)
+                continue
+            if (type(event) is Frame and event.type == FRAME_METHOD
+                    and event.method_index == DECLARE and self.relay.delayed_exchanges):
+                try:
+                    instead = declare(event)
+                except Refused as exc:
+                    self.relay.stats.refusals[exc.reason.name] += 1
+                    self.log.info("exchange declare refused", channel=event.channel,
+                                  reason=exc.reason.name)
+                    for closing in self.conn.refuse(event.channel, str(exc),
+                                                    class_id=DECLARE >> 16,
+                                                    method_id=DECLARE & 0xFFFF):
+                        (back if type(closing) is Answer else up).append(closing.raw)
+                    pending = deque(self.conn.recheck(pending))
+                    continue
+                up.append(event.raw if instead is None else instead)
                 continue
             if side is not None and type(event) is Frame:
                 found = side.client_frame(event)
