@@ -109,8 +109,11 @@ def render(tables: dict[str, DataFrame], *, events: int, since_ms: int | None,
         "padding:2px 6px;text-align:right}th{background:#eee}td:first-child{text-align:left}"
         ".note{color:#666}.ok{color:#1e8449}.bad{color:#c0392b;font-weight:bold}</style>",
         "</head><body><h1>jms-bridge report</h1>",
-        f"<p>{events:,} events from {html.escape(_when(since_ms))} to "
-        f"{html.escape(_when(until_ms))}.</p>",
+        (f"<p>{events:,} events from {html.escape(_when(since_ms))} to "
+         f"{html.escape(_when(until_ms))}.</p>" if events else
+         "<p>No events in the journal"
+         + (f" from {html.escape(_when(since_ms))}" if since_ms is not None else "")
+         + (f" to {html.escape(_when(until_ms))}" if until_ms is not None else "") + ".</p>"),
         verdict,
         *charts,
         _table(lateness, "Release lateness per destination and hour (ms)"),

@@ -144,7 +144,12 @@ def run(
     columns = ["v", "time", "event", "destination", "message_id", "late_ms", "reason"]
     ev = events(journal.read(spark, journal_path).select(*columns), since_ms, until_ms)
     ev = ev.persist()
-    count = ev.count()
+    first_last = ev.agg(F.count("*"), F.min("time"), F.max("time")).first()
+    count = int(first_last[0]) if first_last is not None else 0
+    # The page states the range it covers: the one asked for, else the events' own.
+    if count:
+        since_ms = since_ms if since_ms is not None else int(first_last[1])
+        until_ms = until_ms if until_ms is not None else int(first_last[2])
     tables = {
         "outcomes": outcomes(ev), "lateness": lateness(ev),
         "lateness_buckets": lateness_buckets(ev), "redeliveries": redeliveries(ev),

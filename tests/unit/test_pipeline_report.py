@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+import re
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,9 @@ def test_the_report_counts_what_the_journal_says(spark: Any, tmp_path: Path) -> 
     page = (out / "report.html").read_text()
     assert page.startswith("<!doctype html>") and "No message was released early." in page
     assert page.count("Plotly.newPlot") == 3 and "<script src=" not in page  # self-contained
+    # With no window asked for, the page states the one its events cover.
+    assert re.search(r"events from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC to \d{4}-", page), \
+        re.findall(r"<p>[^<]*events[^<]*</p>", page)
 
 
 def test_early_releases_and_the_time_window(spark: Any, tmp_path: Path) -> None:
