@@ -30,12 +30,19 @@ NOW = f"/amq/queue/jbt-aq-{RUN}-now.*"  # redelivered at once, five times
 BAD = f"/amq/queue/jbt-aq-{RUN}-bad.*"  # the dead-letter target does not exist
 DELETE = f"/amq/queue/jbt-aq-{RUN}-delete.*"  # deleted at the first failure
 LATER = f"/amq/queue/jbt-aq-{RUN}-later.*"  # every redelivery after 300 ms
+# Redelivered once (after 400 ms, or at once), then moved: a consumer that leaves twice.
+WEBLOGIC = f"/amq/queue/jbt-aq-{RUN}-unsettled-weblogic.*"
+WEBSPHERE = f"/amq/queue/jbt-aq-{RUN}-unsettled-websphere.*"
 POLICIES: dict[str, object] = {
     SLOW: "1:300; 3:move(queue:$.dlq)",
     NOW: "5:move(queue:$.dlq)",
     DELETE: "delete",
     LATER: {"dialect": "weblogic", "redelivery-delay": 300, "redelivery-limit": 5,
             "error-destination": f"/queue/jbt-aq-{RUN}-later-errors"},
+    WEBLOGIC: {"dialect": "weblogic", "redelivery-delay": 400, "redelivery-limit": 1,
+               "error-destination": f"/queue/jbt-aq-{RUN}-unsettled-errors"},
+    WEBSPHERE: {"dialect": "websphere", "maxFailedDeliveries": 2,
+                "exceptionDestination": f"/queue/jbt-aq-{RUN}-unsettled-exceptions"},
     BAD: {"dialect": "weblogic", "redelivery-limit": 0,
           "error-destination": f"/exchange/jbt-aq-{RUN}-missing/x"},
 }
@@ -443,3 +450,79 @@ def test_a_delete_policy_deletes_the_failed_delivery(amqp_bridge: BridgeProcess)
     assert channel.queue_declare(queue, passive=True).method.message_count == 0
     channel.queue_delete(queue)
     conn.close()
+
+
+def _leave(conn: pika.BlockingConnection, channel: Any, inbox: Inbox, how: str) -> None:
+    """The consumer cancels, then goes away as ``how`` says, its delivery unacknowledged."""
+    channel.basic_cancel(inbox.tag)
+    if how == "cancel-channel-close":
+        channel.close()
+        conn.close()  # after the channel: its closing is what settles the delivery
+    elif how == "cancel-connection-close":
+        conn.close()
+    else:
+        sock = conn._impl._transport._sock  # the client dies without closing anything
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+def _copies(bridge: BridgeProcess, queue: str, first: float,
+            ) -> tuple[pika.BlockingConnection, Any, Inbox, list[tuple[Any, Any, bytes, float]]]:
+    """A new consumer of ``queue`` and every delivery it gets: the first within ``first``
+    seconds, then any others within 1.5 s of it (so a second copy would be seen)."""
+    conn = _connect(bridge)
+    channel = conn.channel()
+    inbox = Inbox(conn, channel, queue)
+    got = inbox.take(1, timeout=first)
+    if got:
+        got += inbox.take(5, timeout=1.5)
+    return conn, channel, inbox, got
+
+
+@pytest.mark.parametrize("how", ["cancel-channel-close", "cancel-connection-close",
+                                 "cancel-socket-drop"])
+@pytest.mark.parametrize("kind", ["weblogic", "websphere"])
+def test_a_cancelled_consumers_unacked_deliveries_fail_once_when_it_leaves(
+    amqp_bridge: BridgeProcess, kind: str, how: str,
+) -> None:
+    """Basic.Cancel leaves a channel's deliveries the client's (it may still ack them); the
+    channel or connection that closes after it fails them, once: after each leaving exactly one
+    copy is on the queue (WebLogic: the bridge's staged copy; WebSphere: RabbitMQ's requeue),
+    and the second moves it: one copy on the error queue, none on the queue."""
+    queue = _queue(f"unsettled-{kind}")
+    destination = f"/amq/queue/{queue}"
+    _, policy = TABLE.lookup(destination)
+    _send(amqp_bridge, queue, [b"unsettled"])
+    conn, channel, inbox, got = _copies(amqp_bridge, queue, 10)
+    assert [(b, _count(p)) for _, p, b, _ in got] == [(b"unsettled", 1)]
+    opened = [conn]
+    try:
+        for failures in (1, 2):
+            action = decide(policy, failures, destination, {}, 0.5)
+            if how == "cancel-socket-drop":
+                opened.remove(conn)  # pika cannot close what it lost
+            _leave(conn, channel, inbox, how)
+            conn, channel, inbox, got = _copies(amqp_bridge, queue, 10 if failures == 1 else 1.5)
+            opened.append(conn)
+            counts = [_count(p) for _, p, _, _ in got]
+            if failures == 1:
+                assert isinstance(action, Redeliver)
+                assert counts == [2], f"{kind} {how}: copies on the queue {counts}"
+                # weblogic: the bridge's copy, through the staging queues; websphere: a requeue
+                assert got[0][0].redelivered is (action.delay_ms == 0)
+                continue
+            assert isinstance(action, Move)
+            assert counts == [], f"{kind} {how}: copies left on the queue {counts}"
+            dead_queue = action.destination.rsplit("/", 1)[1]
+            dead = []
+            while (found := channel.basic_get(dead_queue, auto_ack=True))[0] is not None:
+                if found[2] == b"unsettled" and found[1].headers.get(
+                        envelope.ORIGINAL_DESTINATION) == destination:
+                    dead.append(found)
+            assert len(dead) == 1, f"{kind} {how}: {len(dead)} copies on {dead_queue}"
+            assert dead[0][1].headers[envelope.DELIVERY_COUNT] == "2"
+            channel.queue_delete(queue)
+    finally:
+        for c in opened:
+            if c.is_open:
+                c.close()

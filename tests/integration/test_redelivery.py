@@ -13,15 +13,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from bridge.frontends.stomp import Frame
 from bridge.staging import envelope
 from policies.redelivery import Delete, Move, Redeliver, Undelivered, compile_table, decide
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
-from tests.integration.clients import connect
+from tests.integration.clients import Inbox, connect
+from tests.integration.wire import RawPeer
 
 RUN = uuid.uuid4().hex[:6]
 UNDELIVERED = f"jbt-rd-{RUN}-undelivered"
@@ -223,3 +226,121 @@ def test_a_dead_letter_starts_its_life_on_the_dead_letter_queue_as_a_first_deliv
     assert again.headers[envelope.DELIVERIES_TRIED] == "4"
     conn.ack(again.headers["ack"])
     conn.disconnect()
+
+# How a consumer leaves with a delivery it neither ACKed nor NACKed.
+LEAVINGS = ["unsubscribe", "disconnect", "unsubscribe-disconnect", "drop", "unsubscribe-drop"]
+
+
+def _receiving(bridge: BridgeProcess, broker: Broker, dest: str, sub: str) -> RawPeer:
+    peer = RawPeer(bridge.stomp_port)
+    assert peer.connect(broker.user, broker.password).command == "CONNECTED"
+    peer.send(f"SUBSCRIBE\nid:{sub}\ndestination:{dest}\nack:client-individual\n\n\x00"
+              .encode())
+    return peer
+
+
+def _messages(peer: RawPeer, first: float, more: float) -> list[Frame]:
+    """Every MESSAGE a peer gets: the first within ``first`` seconds, then any others within
+    ``more`` seconds of it (so a second copy would be seen)."""
+    got: list[Frame] = []
+    deadline = time.monotonic() + first
+    while not peer.closed:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        peer._pump(left)
+        found = [f for f in peer.frames if f.command == "MESSAGE"]
+        peer.frames = [f for f in peer.frames if f.command != "MESSAGE"]
+        if found and not got:
+            deadline = time.monotonic() + more
+        got += found
+    return got
+
+
+def _frame(peer: RawPeer, command: str, receipt: str) -> None:
+    peer.send(f"{command}\nreceipt:{receipt}\n\n\x00".encode() if command == "DISCONNECT"
+              else f"{command}\nid:{receipt}\nreceipt:{receipt}\n\n\x00".encode())
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        frame = peer.next_frame(deadline - time.monotonic())
+        if frame.command == "RECEIPT" and frame.get("receipt-id") == receipt:
+            return
+        assert frame.command == "MESSAGE", (command, frame.command, frame.headers)
+
+
+def _leave(peer: RawPeer, sub: str, how: str) -> None:
+    """The consumer goes away as ``how`` says; after "unsubscribe" it stays connected."""
+    if how.startswith("unsubscribe"):
+        _frame(peer, "UNSUBSCRIBE", sub)
+    if how.endswith("disconnect"):
+        _frame(peer, "DISCONNECT", "bye")
+    elif how.endswith("drop"):
+        peer.close()  # no DISCONNECT: the socket just ends
+
+
+@pytest.mark.parametrize("how", LEAVINGS)
+@pytest.mark.parametrize("kind", ["weblogic", "websphere"])
+def test_deliveries_left_unsettled_are_failed_once_however_the_consumer_leaves(
+    rd_bridge: BridgeProcess, broker: Broker, kind: str, how: str,
+) -> None:
+    """A ``client-individual`` consumer leaves twice with its delivery unsettled. After each
+    leaving, exactly one copy of the message is on its queue (WebLogic: the bridge's staged
+    copy after 400 ms; WebSphere: a redelivery at once, the broker's own requeue) and the
+    second leaving moves it: one copy on the error destination, none on the queue. A leaving
+    by UNSUBSCRIBE alone settles what the subscription was handed while the consumer is still
+    connected (RabbitMQ would refuse its ACK once the subscription is gone: "Subscription not
+    found"; ActiveMQ takes the message back at once)."""
+    dest = f"/queue/jbt-rd-{RUN}-{kind}.unsettled-{uuid.uuid4().hex[:8]}"
+    mark = uuid.uuid4().hex
+    sender, inbox = connect(rd_bridge.stomp_port, broker.user, broker.password)
+    peers: list[RawPeer] = []  # closed at the end, whatever happens: a consumer left
+    try:  # behind by a failed run would take the next run's messages
+        _leave_twice(rd_bridge, broker, dest, how, mark, sender, inbox, peers)
+    finally:
+        for peer in peers:
+            peer.close()
+        sender.disconnect()
+
+
+def _leave_twice(bridge: BridgeProcess, broker: Broker, dest: str, how: str, mark: str,
+                 sender: Any, inbox: Inbox, peers: list[RawPeer]) -> None:
+    _, policy = TABLE.lookup(dest)
+    sender.send(dest, "unsettled", headers={"mark": mark, "persistent": "true"},
+                receipt="sent")
+    assert inbox.wait_receipt("sent")
+    peer = _receiving(bridge, broker, dest, "first")
+    peers.append(peer)
+    (delivery,) = _messages(peer, 10, 0.3)
+    assert delivery.get("JMSXDeliveryCount") == "1"
+    kind = policy.dialect
+    for failures in (1, 2):
+        action = decide(policy, failures, dest, {}, 0.5)
+        _leave(peer, "first" if failures == 1 else "again", how)
+        after = _receiving(bridge, broker, dest, "again")
+        peers.append(after)
+        if how == "unsubscribe":  # still connected: a delay or a move is carried out now
+            copies = _messages(after, 3 if failures == 1 else 1.5, 1.5)
+            if not (isinstance(action, Redeliver) and action.delay_ms == 0):
+                expected = 1 if failures == 1 else 0
+                assert len(copies) == expected, (failures, [c.headers for c in copies])
+            _frame(peer, "DISCONNECT", "bye")
+            copies += _messages(after, 3 if failures == 1 and not copies else 1.5, 1.5)
+        else:
+            copies = _messages(after, 10 if failures == 1 else 1.5, 1.5)
+        counts = [c.get("JMSXDeliveryCount") for c in copies]
+        if failures == 1:
+            assert isinstance(action, Redeliver)
+            assert counts == ["2"], f"{kind} {how}: copies on the queue {counts}"
+            assert copies[0].body == b"unsettled" and copies[0].get("mark") == mark
+            # weblogic: the bridge's copy, through the staging queues; websphere: a requeue
+            assert (copies[0].get("redelivered") == "true") is (action.delay_ms == 0)
+            peer = after
+            continue
+        assert isinstance(action, Move)
+        assert counts == [], f"{kind} {how}: copies left on the queue {counts}"
+        sender.subscribe(action.destination, id="dead", ack="auto",
+                         headers={"selector": f"mark = '{mark}'"}
+                         if broker.name == "activemq" else {})
+        dead = [m for m in inbox.take(2, timeout=3) if m.headers.get("mark") == mark]
+        assert len(dead) == 1, f"{kind} {how}: {len(dead)} copies on {action.destination}"
+        assert dead[0].headers[envelope.DELIVERY_COUNT] == "2"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from adapters import rabbitmq
 from bridge.frontends.stomp import HEARTBEAT, Frame, FrameParser, serialize
 from bridge.frontends.stomp.session import Output, Session, State
@@ -9,6 +11,7 @@ from bridge.intercept.chain import Chain
 from bridge.intercept.redelivery import RedeliveryInterceptor, delivery_count
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
+from bridge.staging.outcomes import Outcome, Sink
 from policies.redelivery import compile_table
 
 NOW = 1_800_000_000_000
@@ -18,9 +21,10 @@ TABLE = compile_table({
 })
 
 
-def session(version: str = "1.2", ack: str = "client-individual") -> Session:
+def session(version: str = "1.2", ack: str = "client-individual",
+            sinks: Sequence[Sink] = ()) -> Session:
     icpt = RedeliveryInterceptor(table=TABLE, fmt=rabbitmq.FORMAT, layout=Layout(),
-                                 clock=lambda: NOW, rand=lambda: 0.5)
+                                 clock=lambda: NOW, rand=lambda: 0.5, sinks=sinks)
     s = Session(chain=Chain([icpt]))
     s.from_client(f"CONNECT\naccept-version:{version}\nhost:/\nlogin:u\npasscode:p\n\n\x00"
                   .encode())
@@ -221,3 +225,86 @@ def test_stomp_1_1_acks_name_message_id_and_subscription() -> None:
     (ack,) = frames(s.from_client(serialize("NACK", [("message-id", "T_1"),
                                                      ("subscription", "s1")], b"")).to_broker)
     assert ack.get("message-id") == "T_1" and ack.get("subscription") == "s2"
+
+
+def test_an_unsubscribe_fails_its_subscriptions_deliveries_before_it_goes_up() -> None:
+    """Once the UNSUBSCRIBE is up, RabbitMQ refuses an ACK of what the subscription was
+    handed and ActiveMQ has taken it back: the ACKs of the originals go first. The other
+    subscription's deliveries stay the client's, and the DISCONNECT after fails nothing more."""
+    s = session()
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))  # delayed
+    delivered(s, message(2, "/queue/gone"))
+    delivered(s, message(3))  # redelivered at once: left to the broker
+    out = s.from_client(serialize("UNSUBSCRIBE", [("id", "s1"), ("receipt", "u")], b""))
+    (copy,) = frames(out.to_broker)
+    assert copy.command == "SEND" and copy.get(envelope.TARGET) == "/queue/orders"
+    assert out.hold
+    done = s.from_broker(receipt(copy))
+    ack, unsubscribe = frames(done.to_broker)
+    assert (ack.command, ack.get("id")) == ("ACK", "a1")
+    assert (unsubscribe.command, unsubscribe.get("receipt")) == ("UNSUBSCRIBE", "u")
+    assert done.unhold
+    # s2's delivery is still the client's to settle; s1's are forgotten
+    (bye_ack,) = frames(s.from_client(serialize("ACK", [("id", "a2")], b"")).to_broker)
+    assert bye_ack.get("id") == "a2"
+    bye = serialize("DISCONNECT", [("receipt", "bye")], b"")
+    assert s.from_client(bye).to_broker == [bye]
+
+
+def test_an_unsubscribe_with_nothing_to_replace_goes_up_at_once() -> None:
+    s = session()
+    delivered(s, message(3))  # redelivered at once: the broker takes it back
+    unsubscribe = serialize("UNSUBSCRIBE", [("id", "s1")], b"")
+    out = s.from_client(unsubscribe)
+    assert out.to_broker == [unsubscribe] and not out.hold
+    assert s.client_lost().close is not None  # nothing left of s1 to fail
+
+
+def test_a_client_lost_while_copies_are_in_flight_keeps_the_upstream_until_they_are_in() -> None:
+    """Closing the upstream connection before the receipt would give the broker back the
+    original as well as the copy it may already have taken."""
+    s = session()
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    (copy,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    assert s.client_lost().close is None
+    done = s.from_broker(receipt(copy))
+    (ack,) = frames(done.to_broker)
+    assert ack.get("id") == "a1" and done.close is not None
+
+
+def test_frames_held_behind_copies_go_up_when_the_client_is_lost() -> None:
+    """An ACK the client sent before it went away is honoured, not failed with the rest."""
+    s = session(ack="client")
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    delivered(s, message(2, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    delivered(s, message(3, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    (copy,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    assert s.from_client(serialize("ACK", [("id", "a2")], b"")).hold
+    assert s.client_lost().close is None
+    done = s.from_broker(receipt(copy))
+    ack1, ack2, lost = frames(done.to_broker)
+    assert (ack1.get("id"), ack2.get("id")) == ("a1", "a2")
+    assert lost.command == "SEND" and (lost.get("destination") or "").startswith("/amq/")
+    assert done.close is None
+    last = s.from_broker(receipt(lost))
+    (ack3,) = frames(last.to_broker)
+    assert ack3.get("id") == "a3" and last.close is not None
+
+
+def test_a_disconnect_held_for_copies_then_a_lost_client_fails_each_delivery_once() -> None:
+    seen: list[Outcome] = []
+
+    def sink(outcomes: Sequence[Outcome]) -> None:
+        seen.extend(outcomes)
+
+    s = session(sinks=[sink])
+    delivered(s, message(1, "/queue/orders", (envelope.DELIVERY_COUNT, "2")))
+    delivered(s, message(3))  # redelivered at once: left to the broker, offered once
+    out = s.from_client(serialize("DISCONNECT", [("receipt", "bye")], b""))
+    (copy,) = frames(out.to_broker)
+    assert s.client_lost().close is None
+    done = s.from_broker(receipt(copy))
+    ack, bye = frames(done.to_broker)
+    assert ack.get("id") == "a1" and bye.command == "DISCONNECT"
+    assert done.close is not None
+    assert sorted(o.message_id or "" for o in seen) == ["M1", "M3"]

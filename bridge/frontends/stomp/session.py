@@ -223,6 +223,9 @@ class Session:
         # to: a group's ACKs of the originals go up when all its receipts are in.
         self._awaiting: dict[str, _Copies] = {}
         self._client_gone = False
+        # The client's leaving (DISCONNECT, or its connection lost) was offered to the chain:
+        # what it left unsettled fails once, however the two follow each other.
+        self._left = False
         # A broker frame kept from the client (the receipt of a copy) takes the EOL after it
         # along: EOLs piled up before a frame make stomp.py 8 drop that frame.
         self._eat_eol = False
@@ -313,7 +316,7 @@ class Session:
                     return out
                 if isinstance(decision, Replace):
                     self._replace(decision, event, out)
-                    if command != "DISCONNECT":
+                    if command != "DISCONNECT" and command != "UNSUBSCRIBE":
                         continue
                     if self._awaiting:  # it goes up once the copies are confirmed
                         frames[command] -= 1  # counted when it is offered again
@@ -321,6 +324,9 @@ class Session:
                         self._held, self._held_error = events[at:], error
                         out.hold = True
                         return out
+                    if command == "UNSUBSCRIBE":
+                        assert self._consumers is not None
+                        self._consumers.unsubscribed(event)
                     decision = RELAY
                 if isinstance(decision, Refuse):
                     refusal = decision.refusal
@@ -355,10 +361,16 @@ class Session:
             return RELAY
         if consumers is None:
             return RELAY
-        if command == "UNSUBSCRIBE":
-            consumers.unsubscribed(frame)
-            return RELAY
+        if command == "UNSUBSCRIBE":  # its subscription's unsettled deliveries fail first
+            left = consumers.unsubscribing(frame, self.principal)
+            decision = RELAY if left is None else chain.on_settle(left)
+            if not isinstance(decision, Replace):
+                consumers.unsubscribed(frame)
+            return decision
         if command == "DISCONNECT":  # leaving with deliveries unsettled fails them
+            if self._left:  # offered already: it comes again once the copies are confirmed
+                return RELAY
+            self._left = True
             lost = consumers.lost(self.principal)
             return RELAY if lost is None else chain.on_settle(lost)
         settle = consumers.settle(frame, self.version, self.principal)
@@ -524,7 +536,16 @@ class Session:
         if self._awaiting:
             return
         if self._client_gone:
-            out.close = "the client went away; its unsettled deliveries are settled"
+            # What the client sent behind the copies goes up (an ACK in it is honoured), then
+            # what it still leaves unsettled fails.
+            more = self.resume()
+            out.to_broker += more.to_broker
+            out.close, out.check = more.close, more.check
+            if more.close is not None or more.check is not None or self._awaiting:
+                return
+            last = self._leave()
+            out.to_broker += last.to_broker
+            out.close = last.close
             return
         out.unhold = True
         more = self.resume()
@@ -548,8 +569,17 @@ class Session:
         gets back what is unsettled). Otherwise keep it open and feed the broker's answers to
         the copies that replace those deliveries: ``close`` comes when they are settled."""
         self._client_gone = True
-        settle = self._consumers.lost(self.principal) if self._consumers is not None else None
-        if settle is None or self.state is not State.CONNECTED:
+        if self._awaiting:  # copies in flight: their receipts go on (``_receipted``)
+            return Output()
+        return self._leave()
+
+    def _leave(self) -> Output:
+        """The client is gone and nothing is awaited: fail what it left unsettled, once."""
+        settle = None
+        if self._consumers is not None and self.state is State.CONNECTED and not self._left:
+            self._left = True
+            settle = self._consumers.lost(self.principal)
+        if settle is None:
             return Output(close="the client went away")
         decision = self.chain.on_settle(settle)
         out = Output()

@@ -150,15 +150,45 @@ class Consumers:
         # ack id -> the delivery and its frame, in delivery order
         self.unsettled: dict[str, tuple[Delivery, Frame]] = {}
         self.transactions: dict[str, list[tuple[Delivery, ...]]] = {}
+        # Subscriptions whose UNSUBSCRIBE failed their deliveries, held until the copies are in.
+        self.leaving: set[str] = set()
         self.last_taken: tuple[Delivery, Frame] | None = None
 
     def subscribed(self, frame: Frame) -> None:
-        sub = frame.get("id") or frame.get("destination") or ""  # STOMP 1.0: id optional
-        self.modes[sub] = frame.get("ack") or "auto"
+        self.modes[_subscription(frame)] = frame.get("ack") or "auto"
+
+    def unsubscribing(self, frame: Frame, principal: Principal) -> Settle | None:
+        """An UNSUBSCRIBE offered the first time: what its subscription was handed and has not
+        settled (outside an open transaction) fails now, while the subscription is still there
+        to take the ACKs of the originals (RabbitMQ refuses an ACK once it is gone, ActiveMQ
+        has taken the message back). None when there is nothing, or it was offered already:
+        the frame comes again once the copies are confirmed."""
+        sub = _subscription(frame)
+        if sub in self.leaving:
+            return None
+        pending = self._in_transactions()
+        left = tuple(d for d, _ in self.unsettled.values()
+                     if d.subscription == sub and d.ack_id not in pending)
+        if not left:
+            return None
+        self.leaving.add(sub)
+        return Settle(Settlement.LOST, left, None, principal)
 
     def unsubscribed(self, frame: Frame) -> None:
-        sub = frame.get("id") or frame.get("destination") or ""
+        """The UNSUBSCRIBE goes up: what its subscription still holds is the broker's again
+        (ActiveMQ redelivers it at once, RabbitMQ when the connection ends)."""
+        sub = _subscription(frame)
+        self.leaving.discard(sub)
         self.modes.pop(sub, None)
+        pending = self._in_transactions()
+        for name, (d, _) in list(self.unsettled.items()):
+            if d.subscription == sub and name not in pending:
+                del self.unsettled[name]
+
+    def _in_transactions(self) -> set[str]:
+        """Deliveries an open transaction settles: its COMMIT or ABORT decides."""
+        return {d.ack_id for groups in self.transactions.values()
+                for deliveries in groups for d in deliveries}
 
     def delivered(self, delivery: Delivery, frame: Frame) -> None:
         if self.modes.get(delivery.subscription, "auto") != "auto":
@@ -225,6 +255,11 @@ class Consumers:
                 yield d
             if d is named:
                 return
+
+
+def _subscription(frame: Frame) -> str:
+    """The subscription a SUBSCRIBE or UNSUBSCRIBE names (STOMP 1.0: id optional)."""
+    return frame.get("id") or frame.get("destination") or ""
 
 
 def stamped(frame: Frame, headers: tuple[tuple[str, str], ...], version: str | None) -> bytes:
