@@ -156,3 +156,26 @@ def test_a_stomp_amq_queue_subscriber_meets_the_queue_s_pattern(
     assert props.headers[envelope.REASON] == "MQRC_BACKOUT_THRESHOLD_REACHED"
     assert props.headers[envelope.DELIVERY_COUNT] == "2"
     assert props.headers[envelope.POLICY] == f"jmsjca: {POLICY}"
+
+
+def test_the_bridge_names_a_pattern_that_can_never_match_at_start(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    broker = BROKERS["rabbitmq"]
+    require(broker)
+    tmp = tmp_path_factory.mktemp("destination-forms-typo")
+    config = tmp / "bridge.yaml"
+    config.write_text(yaml.safe_dump({"redelivery": {f"/queues/{BY_QUEUE}.*": POLICY,
+                                                     f"/queue/{BY_QUEUE}.*": POLICY}}))
+    proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp / "bridge.log",
+                         extra=["--config", str(config),
+                                "--staging-prefix", f"jbt-staging-patterns-{RUN}"])
+    proc.start()
+    try:
+        lines = [line for line in proc.log().splitlines() if "can never match" in line]
+    finally:
+        assert proc.stop() == 0, proc.log()
+    assert len(lines) == 1, proc.log()
+    assert f"'/queues/{BY_QUEUE}.*'" in lines[0] and '"level": "warning"' in lines[0]
+    assert "RabbitMQ has no destination of this form" in lines[0]
