@@ -67,9 +67,10 @@ def render_policy(report: dict[str, Any], *, as_json: bool = False) -> str:
     if not report["applied"]:
         matched = (f"; pattern {report['pattern']} matches, but is not applied"
                    if report["pattern"] is not None else "")
+        article = "an" if report["kind"][:1] in "aeiou" else "a"
         return (f"{report['destination']}{who}: {what}: the bridge applies no redelivery policy "
-                f"to a {report['kind']} subscriber's failed deliveries (a copy put back would "
-                f"reach every subscriber){matched}\n"
+                f"to {article} {report['kind']} subscriber's failed deliveries (only a queue's: "
+                f"a copy put back on a topic would reach every subscriber){matched}\n"
                 f"  {report['broker_handles']}")
     matched = (f"pattern {report['pattern']}" if report["pattern"] is not None
                else "no pattern matches: JMSJCA's default")

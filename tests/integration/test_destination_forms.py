@@ -2,7 +2,8 @@
 ``/queue/NAME.*`` governs an AMQP consumer of the queue (which the bridge sees as
 ``/amq/queue/...``) and a STOMP ``/amq/queue/...`` subscriber, and one keyed ``/amq/queue/...``
 a STOMP subscriber whose messages say ``/queue/...``. Each consumer fails the message twice and
-finds it dead-lettered per its policy, where JMSJCA's default would have redelivered it again."""
+finds it dead-lettered per its policy, where JMSJCA's default would have redelivered it again.
+A topic subscriber's failures stay the broker's, on both brokers, as ``policy show`` says."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import pika.exceptions
 import pytest
 import yaml
 
+from bridge.app.policies import policy_report
 from bridge.staging import envelope
+from policies.redelivery import compile_table
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
-from tests.integration.brokers import BROKERS, require
+from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import connect
 
 RUN = uuid.uuid4().hex[:6]
@@ -179,3 +182,41 @@ def test_the_bridge_names_a_pattern_that_can_never_match_at_start(
     assert len(lines) == 1, proc.log()
     assert f"'/queues/{BY_QUEUE}.*'" in lines[0] and '"level": "warning"' in lines[0]
     assert "RabbitMQ has no destination of this form" in lines[0]
+
+
+def test_a_topic_subscriber_s_nack_is_the_broker_s_as_policy_show_says(
+    broker: Broker, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A pattern that matches a topic is not applied there: RabbitMQ requeues the message to
+    the subscription past the policy's limit, ActiveMQ does not give it back (BROKER_HANDLES)."""
+    tmp = tmp_path_factory.mktemp("destination-forms-topic")
+    config = tmp / "bridge.yaml"
+    topic = f"{BY_QUEUE}-topic.{uuid.uuid4().hex[:8]}"
+    config.write_text(yaml.safe_dump({"redelivery": {f"{BY_QUEUE}-topic.*": POLICY}}))
+    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
+                         tmp / "bridge.log",
+                         extra=["--config", str(config),
+                                "--staging-prefix", f"jbt-staging-patterns-{RUN}"])
+    proc.start()
+    try:
+        report = policy_report(compile_table({f"{BY_QUEUE}-topic.*": POLICY}).on(broker.name),
+                               f"/topic/{topic}")
+        assert report["applied"] is False and report["failures"] == []
+        conn, inbox = connect(proc.stomp_port, broker.user, broker.password)
+        conn.subscribe(f"/topic/{topic}", id="t", ack="client-individual")
+        time.sleep(0.3)  # the subscription is in place before the send
+        conn.send(f"/topic/{topic}", "topic poison")
+        deliveries = 0
+        for _ in range(4):
+            got = inbox.take(1, timeout=3)
+            if not got:
+                break
+            deliveries += 1
+            conn.nack(got[0].headers["ack"])
+        conn.disconnect()
+    finally:
+        assert proc.stop() == 0, proc.log()
+    if broker.name == "rabbitmq":
+        assert deliveries == 4, "RabbitMQ requeues a topic subscriber's NACK every time"
+    else:
+        assert deliveries == 1, "ActiveMQ does not redeliver a topic subscriber's NACK"
