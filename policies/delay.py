@@ -16,7 +16,8 @@ Checks, in this order (DESIGN.md, "Delivery delay contract"):
 6. TTL malformed, or a non-zero TTL expiring before the due time -> MQRC_EXPIRY_ERROR (2013).
 
 Destination patterns (:func:`matches`) follow the ActiveMQ/RabbitMQ wildcard conventions over
-dot-separated segments; see that function.
+dot-separated segments, matched against which queue or topic a destination is on the broker
+(:mod:`policies.naming`); see that function.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from policies.errors import ConfigError, Refused
+from policies.naming import BROKERS, check_pattern, compile_pattern, match_name, named
 from policies.reasons import MQRC_EXPIRY_ERROR, MQRC_OPTIONS_ERROR
 
 __all__ = [
@@ -56,7 +58,6 @@ _INTEGER = re.compile(r"-?[0-9]+")
 # string that Python's int-conversion limit would reject.
 _MAX_DIGITS = 20
 _HUGE = 10**_MAX_DIGITS
-_TAIL_WILDCARDS = (">", "#")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class DelayConfig:
     max_delay_ms: int = 400 * DAY_MS
     disabled_destinations: tuple[str, ...] = ()  # patterns, see matches()
     staging_prefix: str = "jms-bridge.staging"
+    broker: str = "rabbitmq"  # whose destination forms the patterns are read in
 
     def __post_init__(self) -> None:
         names = self.delay_header_names()
@@ -84,8 +86,10 @@ class DelayConfig:
                 f"max_delay_ms={self.max_delay_ms} is below the minimum of "
                 f"{MIN_MAX_DELAY_MS} ms (30 days)"
             )
+        if self.broker not in BROKERS:
+            raise ConfigError(f"unknown broker {self.broker!r} (known: {', '.join(BROKERS)})")
         for pattern in self.disabled_destinations:
-            _check_pattern(pattern)
+            check_pattern(pattern)
 
     def delay_header_names(self) -> tuple[str, ...]:
         """Every header that asks for a delay, for stripping before release."""
@@ -130,8 +134,9 @@ def delay_of(
             f"delivery delay is not supported for retained publications "
             f"({RETAIN_HEADER}={_show(RETAIN_PUBLICATION)}, {header}={_show(value)})",
         )
+    canonical = named(destination, config.broker) if config.disabled_destinations else None
     for pattern in config.disabled_destinations:
-        if matches(pattern, destination):
+        if compile_pattern(pattern, config.broker).matches(canonical):
             raise Refused(
                 MQRC_OPTIONS_ERROR,
                 f"delivery delay is disabled for destination {_show(destination)} "
@@ -151,27 +156,25 @@ def delay_of(
     )
 
 
-def matches(pattern: str, destination: str) -> bool:
-    """Whether ``destination`` (as the client wrote it, e.g. ``/queue/orders.eu``) fits ``pattern``.
+def matches(pattern: str, destination: str, broker: str = "rabbitmq") -> bool:
+    """Whether ``destination`` (as the client wrote it, e.g. ``/queue/orders.eu``) fits ``pattern``
+    on ``broker``.
 
-    The name is the part after the last ``/``, split into dot-separated segments:
+    The name (the queue's or topic's, :mod:`policies.naming`) is split into dot-separated
+    segments:
 
     - a literal segment matches itself (case-sensitive);
     - ``*`` matches exactly one segment;
     - ``>`` or ``#`` as the last segment matches one or more remaining segments.
 
-    A pattern containing ``/`` must also have the same literal prefix (``/queue/orders.*`` only
-    matches queues); a pattern without ``/`` matches the name under any prefix (``orders.*``
-    matches ``/queue/orders.eu`` and ``/topic/orders.eu``). Wildcards in the prefix are literal.
-    A wildcard anywhere but a whole segment is literal; ``>``/``#`` before the end is a
-    :class:`~policies.errors.ConfigError`.
+    A pattern with a prefix covers that kind of destination however a client names it
+    (``/queue/orders.*`` matches RabbitMQ's ``/amq/queue/orders.eu`` and the bare
+    ``orders.eu``, and no topic); a pattern without ``/`` matches the name in every form and
+    kind (``orders.*`` matches ``/queue/orders.eu`` and ``/topic/orders.eu``). Wildcards in
+    the prefix are literal. A wildcard anywhere but a whole segment is literal; ``>``/``#``
+    before the end is a :class:`~policies.errors.ConfigError`.
     """
-    _check_pattern(pattern)
-    pattern_prefix, pattern_name = _split(pattern)
-    prefix, name = _split(destination)
-    if "/" in pattern and pattern_prefix != prefix:
-        return False
-    return _match_segments(pattern_name.split("."), name.split("."))
+    return match_name(pattern, destination, broker)
 
 
 def _requested_delay(
@@ -274,30 +277,3 @@ def _show(value: str) -> str:
     if len(value) > 64:
         return repr(value[:64]) + "..."
     return repr(value)
-
-
-def _split(destination: str) -> tuple[str, str]:
-    """``/queue/orders.eu`` -> (``/queue/``, ``orders.eu``); no ``/`` -> (``""``, whole)."""
-    cut = destination.rfind("/") + 1
-    return destination[:cut], destination[cut:]
-
-
-def _check_pattern(pattern: str) -> None:
-    """Refuse an empty pattern or a tail wildcard that is not the last segment."""
-    if not pattern:
-        raise ConfigError("an empty destination pattern")
-    segments = _split(pattern)[1].split(".")
-    if any(segment in _TAIL_WILDCARDS for segment in segments[:-1]):
-        raise ConfigError(
-            f"destination pattern {pattern!r}: '>' and '#' are allowed only as the last segment"
-        )
-
-
-def _match_segments(pattern: list[str], name: list[str]) -> bool:
-    """Segment-wise match; ``pattern`` ends in at most one tail wildcard (checked before)."""
-    if pattern and pattern[-1] in _TAIL_WILDCARDS:
-        head = pattern[:-1]
-        return len(name) > len(head) and _match_segments(head, name[: len(head)])
-    if len(pattern) != len(name):
-        return False
-    return all(p == "*" or p == n for p, n in zip(pattern, name, strict=True))

@@ -13,7 +13,8 @@ same for a staged message whose target refuses it when it is due. Configured und
 
 ``count`` and ``interval-ms`` at the top are the default (for a destination literally named
 ``count``, write its prefix: ``/queue/count``); every other key is a destination pattern with
-the wildcards of :func:`policies.delay.matches`, the most specific winning. The text form
+the wildcards of :func:`policies.delay.matches` (read as which queue or topic it names on the
+broker, :mod:`policies.naming`), the most specific winning. The text form
 ``COUNT:INTERVAL_MS`` (``10:1000``, a flag's or an environment variable's value) sets the
 default only. Pure: the engine decides with :func:`can_pass` and the table, and waits by
 re-staging the message, so no other release waits for it.
@@ -22,12 +23,12 @@ re-staging the message, so no other release waits for it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from policies.delay import matches
 from policies.errors import ConfigError
+from policies.naming import check_pattern, compile_pattern, named
 from policies.reasons import MQRC_PUT_INHIBITED, MQRC_Q_FULL, Reason
-from policies.redelivery.table import specificity
+from policies.redelivery.table import same_patterns, specificity
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -72,12 +73,24 @@ def can_pass(reason: Reason) -> bool:
 class RetryTable:
     default: MessageRetry = DEFAULT_RETRY
     entries: tuple[tuple[str, MessageRetry], ...] = ()
+    broker: str = "rabbitmq"  # whose destination forms the patterns are read in
 
     def lookup(self, destination: str) -> MessageRetry:
-        found = [(p, r) for p, r in self.entries if matches(p, destination)]
+        canonical = named(destination, self.broker)
+        found = [(p, r) for p, r in self.entries
+                 if compile_pattern(p, self.broker).matches(canonical)]
         if not found:
             return self.default
         return max(found, key=lambda entry: specificity(entry[0]))[1]
+
+    def on(self, broker: str, *, source: str = "configuration") -> RetryTable:
+        """This table read in ``broker``'s destination forms; a ConfigError when two patterns
+        name the same destinations there."""
+        clash = same_patterns([p for p, _ in self.entries], broker)
+        if clash is not None:
+            raise ConfigError(f"{source}: message-retry: {clash[0]!r} and {clash[1]!r} are the "
+                              f"same pattern on {broker}")
+        return replace(self, broker=broker)
 
 
 def _whole(value: object, what: str, top: int) -> int:
@@ -130,7 +143,7 @@ def compile_retry(value: object, *, source: str = "configuration") -> RetryTable
         if not isinstance(pattern, str) or not pattern:
             raise ConfigError(f"{where}: a destination pattern must be text, got {pattern!r}")
         try:
-            matches(pattern, "/queue/x")  # validates the pattern
+            check_pattern(pattern)
         except ConfigError as error:
             raise ConfigError(f"{where}: {pattern!r}: {error}") from None
         if not isinstance(item, Mapping):

@@ -31,7 +31,7 @@ from bridge.staging import tools
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
 from policies.endpoints import Endpoint
-from policies.errors import BridgeError
+from policies.errors import BridgeError, ConfigError
 from policies.redelivery import PolicyTable
 from policies.selector import ACTIVEMQ, RABBITMQ
 
@@ -132,8 +132,11 @@ class Admin:
             return web.json_response({"error": "destination is required"}, status=400)
         if upto is not None and not (upto.isascii() and upto.isdigit() and 1 <= int(upto) <= 1000):
             return web.json_response({"error": "upto: expected 1 to 1000"}, status=400)
-        report = policy_report(self.redelivery, destination, user=request.query.get("user"),
-                               upto=int(upto) if upto else None)
+        try:
+            report = policy_report(self.redelivery, destination, user=request.query.get("user"),
+                                   upto=int(upto) if upto else None)
+        except ConfigError as error:  # a form the broker does not take
+            return web.json_response({"error": str(error)}, status=400)
         return web.json_response(report)
 
     async def healthz(self, request: web.Request) -> web.Response:

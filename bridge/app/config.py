@@ -389,6 +389,13 @@ def resolve(
                 value = RetryTable(value.default, earlier.entries)
             values[name] = value
     settings = Settings(**{n.replace("-", "_"): v for n, v in values.items()})
+    # Patterns are read in the broker's destination forms, known once every layer is merged.
+    settings = replace(
+        settings,
+        redelivery=settings.redelivery.on(settings.broker, source=_source_of(layers, "redelivery")),
+        message_retry=settings.message_retry.on(settings.broker,
+                                                source=_source_of(layers, "message-retry")),
+    )
     if settings.upstream_amqp is not None and settings.broker != "rabbitmq":
         raise ConfigError("upstream-amqp: AMQP 0-9-1 upstream is only for --broker rabbitmq")
     if settings.amqp_listen is not None and settings.broker != "rabbitmq":
@@ -418,6 +425,14 @@ def resolve(
         raise ConfigError("upstream-management: RabbitMQ's management API is only for "
                           "--broker rabbitmq")
     return settings
+
+
+def _source_of(layers: list[tuple[str, Mapping[str, Any]]], name: str) -> str:
+    """Which layer a setting's value came from, as its errors name it."""
+    for source, layer in reversed(layers):
+        if name in layer and layer[name] is not None:
+            return f"--{name}" if source == "flag" else source
+    return "configuration"
 
 
 def _with_ca(endpoint: Endpoint, ca_file: str) -> Endpoint:

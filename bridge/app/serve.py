@@ -21,6 +21,7 @@ from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal, new_counters
 from bridge.app.metrics import Metrics, WriterCollector
+from bridge.app.policies import pattern_warnings
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
@@ -95,6 +96,7 @@ def delay_config(settings: Settings) -> DelayConfig:
         absolute_headers=settings.delivery_time_headers,
         disabled_destinations=settings.delay_disabled,
         staging_prefix=settings.staging_prefix,
+        broker=settings.broker,
     )
 
 
@@ -137,6 +139,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     tls_files = tls_listener(settings)  # a bad certificate or key ends the bridge here
     upstream_ssl = client_context(settings.upstream_ca) if settings.upstream_stomp.tls else None
     config = delay_config(settings)
+    for warning in pattern_warnings(settings):  # a typo in a pattern's form: said once, here
+        log.warning(warning)
     fmt = staged_format(settings)
     layout = layout_for(fmt, settings.staging_prefix)
     watch = BrokerWatch(settings.broker, settings.upstream_stomp,

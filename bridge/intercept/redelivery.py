@@ -27,6 +27,7 @@ from bridge.intercept.views import Delivery, Settle, Settlement
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, Outcome, Sink
+from policies.naming import is_queue
 from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED
 from policies.redelivery import (
     Delete,
@@ -39,8 +40,6 @@ from policies.redelivery import (
 
 JMSX_DELIVERY_COUNT = "JMSXDeliveryCount"
 UNDELIVERED_QUEUE = "jms-bridge.undelivered"  # the bridge's $sys.undelivered
-# Sources a copy can go back to: a queue. A topic's copy would reach every subscriber.
-QUEUE_PREFIXES = ("/queue/", "/amq/queue/")
 # Headers of one delivery, or that the copy gets anew, not copied from the delivery.
 _NOT_COPIED = PER_DELIVERY | {"x-delivery-count", JMSX_DELIVERY_COUNT, "receipt", "transaction"}
 
@@ -58,6 +57,18 @@ def delivery_count(headers: Mapping[str, str]) -> int:
     if by_broker.isascii() and by_broker.isdigit():
         return before + 1 + int(by_broker)
     return before + 1 + (headers.get("redelivered") == "true")
+
+
+def consumed_from(delivery: Delivery, broker: str) -> str | None:
+    """The queue a delivery came from, as a destination a copy can go back to: the message's
+    own destination when it names a queue, else the queue its subscription reads (a message
+    sent through an exchange to a queue); None from a topic or an exchange's subscription,
+    where a copy would reach every subscriber."""
+    if is_queue(delivery.destination, broker):
+        return delivery.destination
+    if delivery.source and is_queue(delivery.source, broker):
+        return delivery.source
+    return None
 
 
 # TIBCO's form of a destination (Queue[orders]): kept here under its old name.
@@ -100,23 +111,26 @@ class RedeliveryInterceptor(Interceptor):
     def on_settle(self, settle: Settle) -> Decision:
         if settle.outcome is Settlement.ACK:
             return RELAY
-        failed = [d for d in settle.deliveries if d.destination.startswith(QUEUE_PREFIXES)]
+        broker = self.table.broker
+        failed = [(d, queue) for d in settle.deliveries
+                  if (queue := consumed_from(d, broker)) is not None]
         if not failed or len(failed) < len(settle.deliveries):
             return RELAY  # a topic's delivery: the broker's own redelivery applies
         now = self.clock()
         outcomes: list[Outcome] = []
-        copies = tuple(c for d in failed
-                       if (c := self._copy(d, settle, now, outcomes)) is not None)
+        copies = tuple(c for d, queue in failed
+                       if (c := self._copy(d, queue, settle, now, outcomes)) is not None)
         for sink in self.sinks:
             sink(outcomes)
         return Replace(copies) if copies else RELAY
 
     def _copy(
-        self, d: Delivery, settle: Settle, now: int, outcomes: list[Outcome]
+        self, d: Delivery, queue: str, settle: Settle, now: int, outcomes: list[Outcome]
     ) -> Copy | None:
+        """``queue``: where ``d`` was consumed from (:func:`consumed_from`)."""
         failures = delivery_count(d.headers)
-        pattern, policy = self.table.lookup(d.destination, settle.principal.login)
-        action = decide(policy, failures, d.destination, d.headers, self.rand())
+        pattern, policy = self.table.lookup(queue, settle.principal.login)
+        action = decide(policy, failures, queue, d.headers, self.rand())
         headers = {n: v for n, v in d.headers.items() if n not in _NOT_COPIED}
         original_id = (headers.get(envelope.MESSAGE_ID) or headers.get("amqp-message-id")
                        or d.headers.get("message-id", ""))
@@ -124,7 +138,7 @@ class RedeliveryInterceptor(Interceptor):
         headers[envelope.DELIVERY_COUNT] = str(failures)
         policy_text = f"{policy.dialect}: {policy.text}"
         if isinstance(action, Redeliver):
-            outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, d.destination,
+            outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, queue,
                                     now + action.delay_ms, detail=policy_text,
                                     count=failures, size=d.body_size))
             if action.delay_ms <= 0:
@@ -133,10 +147,10 @@ class RedeliveryInterceptor(Interceptor):
                     # upstream connection closes, flagged redelivered (one more delivery). A
                     # copy put now could be dispatched to the departing subscription itself.
                     return None
-                return Copy(d.ack_id, d.destination, tuple(headers.items()))
-            return self._staged(d, headers, now + action.delay_ms, now)
+                return Copy(d.ack_id, queue, tuple(headers.items()))
+            return self._staged(d, queue, headers, now + action.delay_ms, now)
         if isinstance(action, Delete):
-            outcomes.append(Outcome(Kind.DELETED, now, original_id, d.destination,
+            outcomes.append(Outcome(Kind.DELETED, now, original_id, queue,
                                     reason=action.reason, detail=policy_text, count=failures,
                                     size=d.body_size))
             return Copy(d.ack_id, None)
@@ -146,23 +160,24 @@ class RedeliveryInterceptor(Interceptor):
             headers, reason=action.reason,
             text=(f"delivered {failures} times: the redelivery limit of {policy_text}"
                   if action.reason is MQRC_BACKOUT_THRESHOLD_REACHED else policy_text),
-            destination=d.destination, now_ms=now, delivery_count=failures, policy=policy_text,
+            destination=queue, now_ms=now, delivery_count=failures, policy=policy_text,
         )
         kind = Kind.DEAD_LETTERED if isinstance(action, Move) else Kind.UNDELIVERED
-        outcomes.append(Outcome(kind, now, original_id, d.destination, reason=action.reason,
+        outcomes.append(Outcome(kind, now, original_id, queue, reason=action.reason,
                                 detail=policy_text, queue=where, count=failures,
                                 size=d.body_size))
         return Copy(d.ack_id, where, tuple(headers.items()))
 
-    def _staged(self, d: Delivery, headers: dict[str, str], due_ms: int, now: int) -> Copy:
+    def _staged(
+        self, d: Delivery, queue: str, headers: dict[str, str], due_ms: int, now: int
+    ) -> Copy:
         """A delayed redelivery: staged exactly like a delayed send, back to its queue."""
-        queue = self.layout.queue_for(due_ms - now)
-        staging = self.fmt.client_destination(queue)
+        staging = self.fmt.client_destination(self.layout.queue_for(due_ms - now))
         expires = headers.get("expires", "")
         expires_ms = (int(expires) if expires.isascii() and expires.isdigit() and int(expires) > 0
                       else None)
         staged = envelope.staged_headers(
-            headers.items(), self.fmt, target=d.destination, staging_destination=staging,
+            headers.items(), self.fmt, target=queue, staging_destination=staging,
             due_ms=due_ms, sent_ms=now, expires_ms=expires_ms, drop=(),
         )
         staged.append((envelope.DELIVERY_COUNT, headers[envelope.DELIVERY_COUNT]))

@@ -56,6 +56,10 @@ class Delivery:
     headers: Mapping[str, str]
     body_size: int
     redelivered: bool = False
+    # What the consumer consumes from, where it is not ``destination`` (where the message was
+    # sent): a STOMP subscription's own destination (``/amq/queue/q`` for a message sent
+    # through ``/exchange/x/key``); "" when the front-end does not know or it is the same.
+    source: str = ""
 
 
 class Settlement(enum.Enum):

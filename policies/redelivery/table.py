@@ -9,7 +9,9 @@ Shape (already loaded from YAML into plain dicts and strings)::
         batch:
           "/queue/orders.*": "50:delete"
 
-Each key is a destination pattern, with the wildcards of :func:`policies.delay.matches`; each
+Each key is a destination pattern, with the wildcards of :func:`policies.delay.matches`, read as
+which queue or topic it names on the broker (:mod:`policies.naming`: ``/queue/orders.*`` covers
+RabbitMQ's queue ``orders.x`` however a client names it, an AMQP consumer's too); each
 value a policy (see :mod:`policies.redelivery.dialects`). The key ``users`` is special: it maps a
 user name to that user's own pattern -> policy mapping, and when one of that user's patterns
 matches, it wins over every server pattern (as a JMSJCA client's own redelivery settings override
@@ -29,16 +31,16 @@ rather than ``/queue/orders.*``, by ``/queue/orders.*`` rather than ``orders.*``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from policies.delay import matches
 from policies.errors import ConfigError
+from policies.naming import check_pattern, compile_pattern, named
 from policies.redelivery.dialects import parse_policy
 from policies.redelivery.jmsjca import DEFAULT_POLICY
 from policies.redelivery.model import Policy
 from policies.redelivery.settings import describe_value
 
-__all__ = ["USERS_KEY", "PolicyTable", "compile_table", "specificity"]
+__all__ = ["USERS_KEY", "PolicyTable", "compile_table", "same_patterns", "specificity"]
 
 USERS_KEY = "users"
 _LITERAL, _ONE, _TAIL = 2, 1, 0
@@ -58,23 +60,61 @@ def specificity(pattern: str) -> tuple[tuple[int, ...], bool]:
 
 @dataclass(frozen=True, slots=True)
 class PolicyTable:
-    """Patterns and their policies, the server's and each user's."""
+    """Patterns and their policies, the server's and each user's, on ``broker`` (whose
+    destination forms the patterns and destinations are read in)."""
 
     server: Section = ()
     users: tuple[tuple[str, Section], ...] = ()
     default: Policy = DEFAULT_POLICY
+    broker: str = "rabbitmq"
 
     def lookup(self, destination: str, user: str | None = None) -> tuple[str | None, Policy]:
-        """The pattern that governs ``destination`` for ``user`` and its policy; ``(None,
-        default)`` when no pattern matches."""
+        """The pattern that governs ``destination`` (in any form a client names it by) for
+        ``user`` and its policy; ``(None, default)`` when no pattern matches."""
         if user is not None:
             for name, section in self.users:
                 if name == user:
-                    found = _best(section, destination)
+                    found = _best(section, destination, self.broker)
                     if found is not None:
                         return found
-        found = _best(self.server, destination)
+        found = _best(self.server, destination, self.broker)
         return found if found is not None else (None, self.default)
+
+    def patterns(self) -> tuple[tuple[str, str], ...]:
+        """Every pattern with where it is configured: ``("redelivery", p)``, or the user's
+        section."""
+        return (*((("redelivery", p) for p, _ in self.server)),
+                *((f"redelivery of user {name!r}", p)
+                  for name, section in self.users for p, _ in section))
+
+    def on(self, broker: str, *, source: str = "configuration") -> PolicyTable:
+        """This table read in ``broker``'s destination forms; a ConfigError when two of a
+        section's patterns name the same destinations there (``/queue/x`` and
+        ``/amq/queue/x`` on RabbitMQ)."""
+        for where, section in (("redelivery", self.server),
+                               *((f"redelivery of user {n!r}", s) for n, s in self.users)):
+            clash = same_patterns([p for p, _ in section], broker)
+            if clash is not None:
+                raise ConfigError(f"{source}: {where}: {clash[0]!r} and {clash[1]!r} are the "
+                                  f"same pattern on {broker}")
+        return replace(self, broker=broker)
+
+
+def same_patterns(patterns: list[str], broker: str) -> tuple[str, str] | None:
+    """Two of ``patterns`` that cover the same destinations on ``broker``, or None."""
+    seen: dict[object, str] = {}
+    for text in patterns:
+        compiled = compile_pattern(text, broker)
+        if compiled.never:
+            continue
+        segments = compiled.segments
+        if segments and segments[-1] == "#":
+            segments = (*segments[:-1], ">")
+        key = (compiled.kind, compiled.scope, segments)
+        if key in seen:
+            return seen[key], text
+        seen[key] = text
+    return None
 
 
 def compile_table(value: object, *, source: str = "configuration") -> PolicyTable:
@@ -120,7 +160,7 @@ def _section(value: Mapping[object, object], source: str, where: str) -> Section
             raise ConfigError(f"{source}: {where}: a destination pattern must be text, got "
                               f"{describe_value(pattern)}")
         try:
-            matches(pattern, "/queue/x")  # validates the pattern
+            check_pattern(pattern)
             policy = parse_policy(item)
         except ConfigError as error:
             raise ConfigError(f"{source}: {where}: policy for {pattern!r}: {error}") from None
@@ -133,8 +173,10 @@ def _section(value: Mapping[object, object], source: str, where: str) -> Section
     return tuple(entries)
 
 
-def _best(section: Section, destination: str) -> tuple[str, Policy] | None:
-    found = [(pattern, policy) for pattern, policy in section if matches(pattern, destination)]
+def _best(section: Section, destination: str, broker: str) -> tuple[str, Policy] | None:
+    canonical = named(destination, broker)
+    found = [(pattern, policy) for pattern, policy in section
+             if compile_pattern(pattern, broker).matches(canonical)]
     if not found:
         return None
     return max(found, key=lambda entry: specificity(entry[0]))

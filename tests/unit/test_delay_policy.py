@@ -419,7 +419,9 @@ def test_config_is_frozen() -> None:
         ("orders.*", "/queue/orders.eu.x", False),
         ("orders.*", "/queue/big.orders.eu", False),
         ("orders.eu", "/queue/orders.eu", True),
-        ("/queue/orders.eu", "orders.eu", False),
+        ("/queue/orders.eu", "orders.eu", True),  # a bare name is the queue of that name
+        ("/queue/orders.eu", "/amq/queue/orders.eu", True),  # RabbitMQ's other form of it
+        ("/topic/orders.eu", "orders.eu", False),
         (
             "orders*",
             "/queue/orders.eu",

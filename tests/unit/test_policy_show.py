@@ -90,3 +90,50 @@ def test_a_broken_policy_is_one_line_and_exit_1(
     assert main(["policy", "show", "--config", str(path), "/queue/a"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("jms-bridge: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("destination", ["/queue/orders.eu", "/amq/queue/orders.eu", "orders.eu"])
+def test_policy_show_takes_every_form_of_a_queue(
+    config: str, capsys: pytest.CaptureFixture[str], destination: str,
+) -> None:
+    assert main(["policy", "show", "--config", config, destination]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{destination}: the queue orders.eu: pattern /queue/orders.*\n")
+    assert "move to /queue/dlqorders.euerror" in out
+
+
+def test_policy_show_says_when_the_default_applies(
+    config: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["policy", "show", "--config", config, "/amq/queue/else"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("/amq/queue/else: the queue else: no pattern matches: JMSJCA's default")
+
+
+@pytest.mark.parametrize(("broker", "handling"), [
+    ("rabbitmq", "RabbitMQ requeues a NACKed message to the subscription at once"),
+    ("activemq", "ActiveMQ takes a NACK as a poison acknowledgement"),
+])
+def test_policy_show_for_a_topic_says_what_happens_to_a_topic_subscriber(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broker: str, handling: str,
+) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(f'broker: {broker}\nredelivery:\n  "orders.*": "1:move(queue:dlq)"\n')
+    assert main(["policy", "show", "--config", str(path), "/topic/orders.eu"]) == 0
+    out = capsys.readouterr().out
+    assert "move" not in out and "failure" not in out
+    assert "no redelivery policy" in out and handling in out
+    assert "pattern orders.* matches" in out
+    assert main(["policy", "show", "--config", str(path), "--json", "/topic/orders.eu"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "topic" and report["applied"] is False
+    assert report["failures"] == [] and handling in report["broker_handles"]
+
+
+def test_policy_show_names_a_form_the_broker_does_not_take(
+    config: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["policy", "show", "--config", config, "/queues/orders.eu"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("jms-bridge: ") and err.count("\n") == 1
+    assert "/queues/orders.eu" in err and "RabbitMQ has no destination of this form" in err

@@ -308,3 +308,35 @@ def test_a_disconnect_held_for_copies_then_a_lost_client_fails_each_delivery_onc
     assert ack.get("id") == "a1" and bye.command == "DISCONNECT"
     assert done.close is not None
     assert sorted(o.message_id or "" for o in seen) == ["M1", "M3"]
+
+def _subscribed(destination: str) -> Session:
+    s = session()
+    s.from_client(serialize("SUBSCRIBE", [("destination", destination), ("id", "s3"),
+                                          ("ack", "client-individual")], b""))
+    return s
+
+
+def _via(dest: str, n: int = 1) -> bytes:
+    return serialize("MESSAGE", [("destination", dest), ("subscription", "s3"),
+                                 ("message-id", f"T_{n}"), ("ack", f"a{n}"),
+                                 ("content-length", "4")], b"body")
+
+
+def test_a_message_sent_through_an_exchange_is_failed_for_the_queue_its_subscriber_reads() -> None:
+    s = _subscribed("/amq/queue/orders")
+    delivered(s, _via("/exchange/amq.direct/orders"))
+    (copy,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+    assert copy.command == "SEND" and copy.get("destination") == "/amq/queue/orders"
+    delivered(s, _via("/exchange/amq.direct/orders", 2) .replace(
+        b"content-length", f"{envelope.DELIVERY_COUNT}:3\ncontent-length".encode()))
+    (dead,) = frames(s.from_client(serialize("NACK", [("id", "a2")], b"")).to_broker)
+    assert dead.get("destination") == "/queue/dlqorderserror"  # /queue/orders' policy
+    assert dead.get(envelope.ORIGINAL_DESTINATION) == "/amq/queue/orders"
+
+
+def test_a_topic_or_exchange_subscriber_s_failure_is_left_to_the_broker() -> None:
+    for subscription in ("/topic/orders", "/exchange/amq.direct/orders"):
+        s = _subscribed(subscription)
+        delivered(s, _via(subscription))
+        (nack,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
+        assert nack.command == "NACK", subscription

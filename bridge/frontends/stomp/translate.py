@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from bridge.frontends.headers import LazyHeaders
@@ -147,6 +148,7 @@ class Consumers:
 
     def __init__(self) -> None:
         self.modes: dict[str, str] = {}  # subscription id -> ack mode
+        self.sources: dict[str, str] = {}  # subscription id -> its destination
         # ack id -> the delivery and its frame, in delivery order
         self.unsettled: dict[str, tuple[Delivery, Frame]] = {}
         self.transactions: dict[str, list[tuple[Delivery, ...]]] = {}
@@ -155,7 +157,9 @@ class Consumers:
         self.last_taken: tuple[Delivery, Frame] | None = None
 
     def subscribed(self, frame: Frame) -> None:
-        self.modes[_subscription(frame)] = frame.get("ack") or "auto"
+        sub = _subscription(frame)
+        self.modes[sub] = frame.get("ack") or "auto"
+        self.sources[sub] = frame.get("destination") or ""
 
     def unsubscribing(self, frame: Frame, principal: Principal) -> Settle | None:
         """An UNSUBSCRIBE offered the first time: what its subscription was handed and has not
@@ -180,6 +184,7 @@ class Consumers:
         sub = _subscription(frame)
         self.leaving.discard(sub)
         self.modes.pop(sub, None)
+        self.sources.pop(sub, None)
         pending = self._in_transactions()
         for name, (d, _) in list(self.unsettled.items()):
             if d.subscription == sub and name not in pending:
@@ -192,6 +197,11 @@ class Consumers:
 
     def delivered(self, delivery: Delivery, frame: Frame) -> None:
         if self.modes.get(delivery.subscription, "auto") != "auto":
+            # A failure is handled for the queue the subscription reads, which the MESSAGE's
+            # destination (where it was sent: /exchange/x/key, say) need not name.
+            source = self.sources.get(delivery.subscription, "")
+            if source and source != delivery.destination:
+                delivery = replace(delivery, source=source)
             self.unsettled[delivery.ack_id] = (delivery, frame)
 
     def settle(self, frame: Frame, version: str | None, principal: Principal) -> Settle | None:
