@@ -147,7 +147,7 @@ def run(
     first_last = ev.agg(F.count("*"), F.min("time"), F.max("time")).first()
     count = int(first_last[0]) if first_last is not None else 0
     # The page states the range it covers: the one asked for, else the events' own.
-    if count:
+    if count and first_last is not None:
         since_ms = since_ms if since_ms is not None else int(first_last[1])
         until_ms = until_ms if until_ms is not None else int(first_last[2])
     tables = {
