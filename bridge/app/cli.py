@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated headers holding an absolute delivery time (epoch ms)")
     run.add_argument("--delay-disabled", metavar="PATTERNS",
                      help="comma-separated destination patterns that may not be delayed")
+    run.add_argument("--first-delivery-count", metavar="PATTERNS",
+                     help="comma-separated destination patterns whose first deliveries carry "
+                          "JMSXDeliveryCount 1 too (elsewhere only redeliveries carry it)")
     run.add_argument("--handshake-timeout", metavar="SECONDS",
                      help="close a client that has not sent a whole CONNECT by then (default 10)")
     run.add_argument("--max-connections", metavar="N",

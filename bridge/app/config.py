@@ -20,6 +20,7 @@ import yaml
 
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
+from policies.naming import check_pattern
 from policies.redelivery import PolicyTable, compile_table
 from policies.retry import RetryTable, compile_retry
 
@@ -46,6 +47,9 @@ class Settings:
     delay_headers: tuple[str, ...] = ("x-delay", "AMQ_SCHEDULED_DELAY")
     delivery_time_headers: tuple[str, ...] = ("JMSDeliveryTime", "_AMQ_SCHED_DELIVERY")
     delay_disabled: tuple[str, ...] = ()
+    # Destination patterns whose first deliveries carry JMSXDeliveryCount (1) too; elsewhere a
+    # first delivery goes out as the broker sent it and only a redelivery carries the count.
+    first_delivery_count: tuple[str, ...] = ()
     staging_prefix: str = "jms-bridge.staging"
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at
     # most about (levels streamed x this + 5,000 ready) x message size.
@@ -233,6 +237,14 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return _choice(str(value), what, STAGING_QUEUE_TYPES)
     if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
         return _names(value, what)
+    if name == "first-delivery-count":
+        patterns = _names(value, what)
+        for pattern in patterns:
+            try:
+                check_pattern(pattern)
+            except ConfigError as exc:
+                raise ConfigError(f"{what}: {exc}") from None
+        return patterns
     if name == "staging-level-prefetch":
         text = str(value).strip()
         if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:

@@ -92,6 +92,7 @@ def pattern_warnings(settings: Settings) -> list[str]:
     broker = settings.broker
     found = [
         *(("delay-disabled", p) for p in settings.delay_disabled),
+        *(("first-delivery-count", p) for p in settings.first_delivery_count),
         *settings.redelivery.patterns(),
         *(("message-retry", p) for p, _ in settings.message_retry.entries),
     ]

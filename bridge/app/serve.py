@@ -238,6 +238,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
             undelivered=f"/queue/{settings.undelivered_queue}",
             sinks=[FailureTally(metrics.relay.redeliveries, metrics.relay.dead_letters),
                    LogSink(logs.get("redelivery")), *recorders],
+            count_first=settings.first_delivery_count,
         ),
     ])
     stomp = StompServer(

@@ -31,6 +31,9 @@ class Interest:
     # redelivered and carries none of them, so a front-end may take that decision once
     # (``Chain.plain_delivery``) and apply it to such deliveries without a view of each.
     delivery_headers: frozenset[str] = frozenset()
+    # A delivery decision that depends on the delivery's destination too: then there is no one
+    # decision for plain deliveries (``Chain.plain_delivery`` is None).
+    delivery_destinations: bool = False
 
     def __or__(self, other: Interest) -> Interest:
         return Interest(
@@ -40,6 +43,7 @@ class Interest:
             self.deliveries or other.deliveries,
             self.settlements or other.settlements,
             self.delivery_headers | other.delivery_headers,
+            self.delivery_destinations or other.delivery_destinations,
         )
 
     @property
@@ -101,9 +105,12 @@ class Chain(Interceptor):
                 return decision
         return RELAY
 
-    def plain_delivery(self) -> Decision:
+    def plain_delivery(self) -> Decision | None:
         """The decision for any delivery that is not redelivered and carries none of the
-        interest's ``delivery_headers`` (see ``Interest``)."""
+        interest's ``delivery_headers`` (see ``Interest``); None when it depends on the
+        delivery's destination."""
+        if self.interest.delivery_destinations:
+            return None
         return self.on_delivery(_PLAIN_DELIVERY)
 
     def on_settle(self, settle: Settle) -> Decision:

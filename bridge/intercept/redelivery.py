@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from adapters.base import PER_DELIVERY, StagedFormat
 from bridge.intercept.chain import Interceptor, Interest
@@ -27,6 +28,7 @@ from bridge.intercept.views import Delivery, Settle, Settlement
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, Outcome, Sink
+from policies.delay import matches
 from policies.naming import is_queue
 from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED
 from policies.redelivery import (
@@ -90,8 +92,14 @@ class RedeliveryInterceptor(Interceptor):
         clock: Callable[[], int] = wall_ms_ceil,
         rand: Callable[[], float] = random.random,
         sinks: Sequence[Sink] = (),
+        count_first: Sequence[str] = (),
     ) -> None:
         self.table = table
+        # Destination patterns whose first deliveries carry JMSXDeliveryCount 1 too; any other
+        # first delivery goes out as the broker's bytes.
+        self.count_first = tuple(count_first)
+        if self.count_first:
+            self.interest = replace(self.interest, delivery_destinations=True)
         self.fmt = fmt
         self.layout = layout
         self.undelivered = undelivered
@@ -101,12 +109,19 @@ class RedeliveryInterceptor(Interceptor):
 
     def on_delivery(self, delivery: Delivery) -> Decision:
         count = delivery_count(delivery.headers)
+        if count == 1 and not (self.count_first and self._counts_first(delivery)):
+            return RELAY
         stamp = _STAMPS.get(count)
         if stamp is None:
             stamp = Stamp(((JMSX_DELIVERY_COUNT, str(count)),))
             if count < 64:
                 _STAMPS[count] = stamp
         return stamp
+
+    def _counts_first(self, delivery: Delivery) -> bool:
+        broker = self.table.broker
+        where = consumed_from(delivery, broker) or delivery.destination
+        return any(matches(p, where, broker) for p in self.count_first)
 
     def on_settle(self, settle: Settle) -> Decision:
         if settle.outcome is Settlement.ACK:
