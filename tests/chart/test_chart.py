@@ -454,23 +454,3 @@ def test_notes_tell_where_the_tls_listeners_are(tmp_path: Path) -> None:
     assert "AMQP over TLS:   t-jms-bridge.messaging.svc:5674" in notes
     assert "the Secret bridge-tls; clients must show a certificate signed by its ca.crt" in notes
     assert "over TLS" not in render_notes(tmp_path / "plain")
-
-
-def test_the_guides_sidecar_values_name_what_the_chart_makes() -> None:
-    guide = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
-    block = guide.split("# rabbitmq-values.yaml\n", 1)[1].split("```", 1)[0]
-    values = yaml.safe_load(block)
-    manifests = template(sets=("mode=sidecar", "upstream.host=127.0.0.1", "auth.username=bridge",
-                               "auth.password=s3cret"), release="rabbitmq-bridge")
-    secret, config = by_kind(manifests, "Secret"), by_kind(manifests, "ConfigMap")
-    (sidecar,) = values["sidecars"]
-    ref = sidecar["env"][0]["valueFrom"]["secretKeyRef"]
-    assert (ref["name"], ref["key"]) == (secret["metadata"]["name"], "upstream-stomp")
-    volumes = {v["name"]: v for v in values["extraVolumes"]}
-    assert volumes["jms-bridge-config"]["configMap"]["name"] == config["metadata"]["name"]
-    stomp_url = base64.b64decode(secret["data"]["upstream-stomp"]).decode()
-    assert stomp_url == "stomp://bridge:s3cret@127.0.0.1:61613"
-    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
-    listen = rendered_config(manifests)
-    assert listen["stomp-listen"].endswith(f":{ports['bridge-stomp']}")
-    assert listen["admin-listen"].endswith(f":{ports['bridge-admin']}")
