@@ -105,6 +105,10 @@ class Settings:
     journal: str | None = None
     # The staged catalogue's SQLite file (``bridge.staging.catalogue``); None: none.
     staged_catalogue: str | None = None
+    # The bridge's own broker user and password, for the upstream URLs that carry none: a
+    # Kubernetes Secret's keys as they are, with nothing to percent-encode into a URL.
+    broker_user: str | None = None
+    broker_password: str | None = field(default=None, repr=False)
 
 
 def _flag(name: str) -> str:
@@ -320,6 +324,11 @@ def _convert(name: str, value: Any, source: str) -> Any:
         if not v or v.endswith("/"):
             raise ConfigError(f"{what}: expected the path of a file, got {value!r}")
         return v
+    if name in ("broker-user", "broker-password"):
+        v = str(value)
+        if not v.strip():
+            raise ConfigError(f"{what}: expected a user name or password, got a blank one")
+        return v
     if name == "message-retry":
         if isinstance(value, str) and not value.strip()[:1].isdigit():  # YAML text
             try:
@@ -422,6 +431,8 @@ def resolve(
     if settings.broker != "rabbitmq" and settings.upstream_stomp.alternates:
         raise ConfigError("upstream-stomp: a list of broker nodes is for a RabbitMQ cluster; "
                           "give ActiveMQ one address")
+    if settings.broker_user is not None or settings.broker_password is not None:
+        settings = _with_credentials(settings)
     ca = settings.upstream_ca
     if ca is not None:  # the CA travels with the endpoints it verifies
         settings = replace(settings, upstream_stomp=_with_ca(settings.upstream_stomp, ca))
@@ -445,6 +456,20 @@ def _source_of(layers: list[tuple[str, Mapping[str, Any]]], name: str) -> str:
         if name in layer and layer[name] is not None:
             return f"--{name}" if source == "flag" else source
     return "configuration"
+
+
+def _with_credentials(settings: Settings) -> Settings:
+    """broker-user and broker-password on every upstream endpoint whose URL names none."""
+    def fill(endpoint: Endpoint) -> Endpoint:
+        first, *rest = (replace(e, user=e.user or settings.broker_user,
+                                password=e.password or settings.broker_password)
+                        for e in endpoint.every())
+        return replace(first, alternates=tuple(rest))
+
+    amqp, management = settings.upstream_amqp, settings.upstream_management
+    return replace(settings, upstream_stomp=fill(settings.upstream_stomp),
+                   upstream_amqp=fill(amqp) if amqp is not None else None,
+                   upstream_management=fill(management) if management is not None else None)
 
 
 def _with_ca(endpoint: Endpoint, ca_file: str) -> Endpoint:

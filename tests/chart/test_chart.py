@@ -38,7 +38,9 @@ VALUE_SETS = [pytest.param((), id="defaults")] + [
 
 # The Secret a user of ci/existing-secret-values.yaml made beforehand.
 USERS_SECRETS = {"activemq-bridge-credentials": {"data": {
-    "stomp-url": base64.b64encode(b"stomp://bridge:s3cret@activemq:61613").decode()}}}
+    "stomp-url": base64.b64encode(b"stomp://bridge:s3cret@activemq:61613").decode()}},
+    # the one the Bitnami RabbitMQ chart makes (ci/operator-values.yaml)
+    "rabbitmq": {"data": {"rabbitmq-password": base64.b64encode(b"s3cret").decode()}}}
 
 
 def secret_env(manifests: list[dict[str, Any]], deployment: dict[str, Any]) -> dict[str, str]:
@@ -107,8 +109,8 @@ def test_rendered_config_is_accepted_by_the_bridge(
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env: dict[str, str] = {}
-    if any(m["kind"] == "Deployment" for m in manifests):
-        env = secret_env(manifests, by_kind(manifests, "Deployment"))
+    for workload in (m for m in manifests if m["kind"] in ("Deployment", "StatefulSet")):
+        env = secret_env(manifests, workload)
     env = {k: v for k, v in env.items() if k.startswith("JMS_BRIDGE_")}
     settings = resolve({}, config_file=str(path), environ=env)
     assert settings.stomp_listen.host == "0.0.0.0"
@@ -117,7 +119,8 @@ def test_rendered_config_is_accepted_by_the_bridge(
 
 def test_every_option_config_has_every_setting_of_todays_bridge() -> None:
     config = rendered_config(template(EVERY_OPTION))
-    assert set(config) == set(SETTING_NAMES)
+    # broker-password only ever comes from a Secret (auth.existingSecretPasswordKey)
+    assert set(config) == set(SETTING_NAMES) - {"broker-password"}
 
 
 def test_quorum_staging_reaches_the_config() -> None:
@@ -185,7 +188,7 @@ def test_deployment_rolls_safely_and_runs_restricted() -> None:
         by_kind(manifests, "ConfigMap")["metadata"]["name"])
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
-    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"stomp": 61633, "admin": 9613}
     assert rendered_config(manifests)["admin-listen"] == "0.0.0.0:9613"
@@ -381,8 +384,6 @@ def test_bad_values_fail_with_the_schemas_message(sets: tuple[str, ...], message
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (("metrics.serviceMonitor.enabled=true", "service.adminPortEnabled=false"),
-         "metrics.serviceMonitor.enabled needs service.adminPortEnabled"),
         (("bridge.broker=activemq", "upstream.management.enabled=true"),
          "are for bridge.broker rabbitmq only"),
         (("pdb.minAvailable=1",), "set one of pdb.minAvailable and pdb.maxUnavailable"),
@@ -396,7 +397,7 @@ def test_bad_values_fail_with_the_schemas_message(sets: tuple[str, ...], message
         (("tls.enabled=true", "tls.secretName=bridge-tls", "containerPorts.stompTls=61633"),
          "containerPorts.stomp and containerPorts.stompTls are both 61633"),
     ],
-    ids=["monitor-without-admin", "activemq-management", "pdb-both", "tls-without-secret",
+    ids=["activemq-management", "pdb-both", "tls-without-secret",
          "tls-without-listener", "tls-amqp-activemq", "tls-port-taken"],
 )
 def test_contradicting_values_fail_with_a_message(sets: tuple[str, ...], message: str) -> None:
@@ -453,23 +454,3 @@ def test_notes_tell_where_the_tls_listeners_are(tmp_path: Path) -> None:
     assert "AMQP over TLS:   t-jms-bridge.messaging.svc:5674" in notes
     assert "the Secret bridge-tls; clients must show a certificate signed by its ca.crt" in notes
     assert "over TLS" not in render_notes(tmp_path / "plain")
-
-
-def test_the_guides_sidecar_values_name_what_the_chart_makes() -> None:
-    guide = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
-    block = guide.split("# rabbitmq-values.yaml\n", 1)[1].split("```", 1)[0]
-    values = yaml.safe_load(block)
-    manifests = template(sets=("mode=sidecar", "upstream.host=127.0.0.1", "auth.username=bridge",
-                               "auth.password=s3cret"), release="rabbitmq-bridge")
-    secret, config = by_kind(manifests, "Secret"), by_kind(manifests, "ConfigMap")
-    (sidecar,) = values["sidecars"]
-    ref = sidecar["env"][0]["valueFrom"]["secretKeyRef"]
-    assert (ref["name"], ref["key"]) == (secret["metadata"]["name"], "upstream-stomp")
-    volumes = {v["name"]: v for v in values["extraVolumes"]}
-    assert volumes["jms-bridge-config"]["configMap"]["name"] == config["metadata"]["name"]
-    stomp_url = base64.b64decode(secret["data"]["upstream-stomp"]).decode()
-    assert stomp_url == "stomp://bridge:s3cret@127.0.0.1:61613"
-    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
-    listen = rendered_config(manifests)
-    assert listen["stomp-listen"].endswith(f":{ports['bridge-stomp']}")
-    assert listen["admin-listen"].endswith(f":{ports['bridge-admin']}")

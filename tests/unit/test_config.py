@@ -182,3 +182,32 @@ def test_amqp_tls_listen(tmp_path: Path) -> None:
         resolve({"broker": "activemq"}, environ=env)
     with pytest.raises(ConfigError, match=r"amqp-tls-listen"):
         resolve({"amqp-tls-listen": "nowhere"}, environ={})
+
+
+def test_broker_credentials_fill_urls_that_carry_none() -> None:
+    """JMS_BRIDGE_BROKER_USER / _PASSWORD: a Kubernetes Secret's user and password keys (the
+    broker chart's own Secret) without a URL to percent-encode them into."""
+    env = {"JMS_BRIDGE_UPSTREAM_STOMP": "stomp://rabbitmq:61613,stomp://rabbitmq-1:61613",
+           "JMS_BRIDGE_UPSTREAM_AMQP": "amqp://rabbitmq:5672/%2F",
+           "JMS_BRIDGE_UPSTREAM_MANAGEMENT": "http://rabbitmq:15672",
+           "JMS_BRIDGE_BROKER_USER": "user", "JMS_BRIDGE_BROKER_PASSWORD": "p@ss:w/rd %"}
+    s = resolve({}, environ=env)
+    assert s.upstream_amqp is not None and s.upstream_management is not None
+    for endpoint in (*s.upstream_stomp.every(), s.upstream_amqp, s.upstream_management):
+        assert (endpoint.user, endpoint.password) == ("user", "p@ss:w/rd %")
+    assert bridge_amqp(s).user == "user" and bridge_amqp(s).password == "p@ss:w/rd %"
+    # credentials in a URL win: they were written for that endpoint
+    env["JMS_BRIDGE_UPSTREAM_STOMP"] = "stomp://bridge:s3cret@rabbitmq:61613"
+    s = resolve({}, environ=env)
+    assert (s.upstream_stomp.user, s.upstream_stomp.password) == ("bridge", "s3cret")
+    assert s.upstream_amqp is not None and s.upstream_amqp.user == "user"
+    # a password alone keeps the URL's user (or the broker's default user)
+    s = resolve({}, environ={"JMS_BRIDGE_BROKER_PASSWORD": "pw"})
+    assert (s.upstream_stomp.user, s.upstream_stomp.password) == (None, "pw")
+    assert bridge_amqp(s).user == "guest" and bridge_amqp(s).password == "pw"
+
+
+def test_blank_broker_credentials_are_refused_by_name() -> None:
+    for name in ("USER", "PASSWORD"):
+        with pytest.raises(ConfigError, match=f"broker-{name.lower()} .*environment"):
+            resolve({}, environ={f"JMS_BRIDGE_BROKER_{name}": "  "})

@@ -169,7 +169,24 @@ in the image accepts: it rejects a config file with an unknown key. */}}
 {{/* Environment variables of the bridge container: the upstream URLs from the Secret, then extraEnv */}}
 {{- define "jms-bridge.env" -}}
 {{- $secret := include "jms-bridge.secretName" . -}}
-{{- if $secret }}
+{{- if .Values.auth.existingSecretPasswordKey }}
+{{- /* the user and password as the Secret holds them: the bridge puts them into its URLs */}}
+{{- if .Values.auth.existingSecretUsernameKey }}
+- name: JMS_BRIDGE_BROKER_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.auth.existingSecretUsernameKey }}
+{{- else if .Values.auth.username }}
+- name: JMS_BRIDGE_BROKER_USER
+  value: {{ .Values.auth.username | quote }}
+{{- end }}
+- name: JMS_BRIDGE_BROKER_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.auth.existingSecretPasswordKey }}
+{{- else if $secret }}
 - name: JMS_BRIDGE_UPSTREAM_STOMP
   valueFrom:
     secretKeyRef:
@@ -208,8 +225,24 @@ httpGet:
 
 {{/* Checks no schema can make: values that contradict each other */}}
 {{- define "jms-bridge.validate" -}}
-{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.service.adminPortEnabled) -}}
-{{- fail "metrics.serviceMonitor.enabled needs service.adminPortEnabled: the ServiceMonitor scrapes the Service's admin port" -}}
+{{- $auth := .Values.auth -}}
+{{- if and $auth.existingSecretPasswordKey (not $auth.existingSecret) -}}
+{{- fail "auth.existingSecretPasswordKey needs auth.existingSecret: the Secret that holds the password" -}}
+{{- end -}}
+{{- if and $auth.existingSecretUsernameKey (not $auth.existingSecretPasswordKey) -}}
+{{- fail "auth.existingSecretUsernameKey needs auth.existingSecretPasswordKey" -}}
+{{- end -}}
+{{- if and $auth.username $auth.existingSecretUsernameKey -}}
+{{- fail "auth: set one of auth.username and auth.existingSecretUsernameKey, not both" -}}
+{{- end -}}
+{{- if and $auth.existingSecret (not $auth.existingSecretPasswordKey) (or $auth.username $auth.password) -}}
+{{- fail "auth.username with auth.existingSecret needs auth.existingSecretPasswordKey (the Secret's password key); auth.password goes in no Secret of yours" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "sidecar") .Values.metrics.podMonitor.enabled (not .Values.metrics.podMonitor.selector) -}}
+{{- fail "metrics.podMonitor.selector: the labels of the pods the bridge runs in (sidecar mode: the chart does not make them)" -}}
+{{- end -}}
+{{- if and .Values.persistence.enabled (not (or .Values.bridge.stagedCatalogue .Values.bridge.journal)) -}}
+{{- fail (printf "persistence.enabled keeps bridge.stagedCatalogue or bridge.journal: set one under %s" .Values.persistence.mountPath) -}}
 {{- end -}}
 {{- if and (ne .Values.bridge.broker "rabbitmq") (or .Values.upstream.amqp.enabled .Values.upstream.management.enabled) -}}
 {{- fail "upstream.amqp.enabled and upstream.management.enabled are for bridge.broker rabbitmq only" -}}
@@ -243,4 +276,17 @@ httpGet:
 {{- $_ := set $ports $port $name -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+
+{{/* The workload's kind: a StatefulSet when each pod keeps a volume of its own */}}
+{{- define "jms-bridge.workloadKind" -}}
+{{- if .Values.persistence.enabled -}}StatefulSet{{- else -}}Deployment{{- end -}}
+{{- end -}}
+
+{{/* Labels of a Service that is not the clients': its component in place of "bridge" */}}
+{{- define "jms-bridge.componentLabels" -}}
+{{- $labels := fromYaml (include "jms-bridge.labels" .root) -}}
+{{- $_ := set $labels "app.kubernetes.io/component" .component -}}
+{{- toYaml $labels -}}
 {{- end -}}
