@@ -237,7 +237,7 @@ class MemoryBroker:
                 refused.also_done = tuple(also_done)
                 raise refused
 
-    def publish(self, destination: str, message: Message) -> None:
+    def publish(self, destination: str, message: Message, *, mandatory: bool = False) -> None:
         with self._lock:
             self._check()
             if destination in self.refusals:
