@@ -155,9 +155,12 @@ def test_expired_while_staged_is_not_delivered(bridge: BridgeProcess, broker: Br
     before = bridge.metric("jms_bridge_staging_expired_total")
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
     conn.subscribe(dest, id="x", ack="auto")
-    # A TTL equal to the delay is allowed (IBM MQ refuses only a shorter one) and ends exactly
-    # when the message falls due: it expires on the staging queue.
-    conn.send(dest, "too late", headers={"x-delay": "400", "expiration": "400"})
+    # Its TTL outlives the delay, but it is timed from the send and its transaction commits
+    # after both: it reaches the staging queue expired.
+    tx = conn.begin()
+    conn.send(dest, "too late", headers={"x-delay": "400", "expiration": "600"}, transaction=tx)
+    time.sleep(0.8)
+    conn.commit(tx)
     assert inbox.quiet(2.0) == []
     conn.disconnect()
     assert bridge.metric("jms_bridge_staging_expired_total") >= before + 1
