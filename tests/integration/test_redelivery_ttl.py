@@ -232,10 +232,8 @@ def test_amqp_redelivered_copies_count_their_ttl_from_the_publish(
             if (props.headers or {}).get("jms-bridge-original-destination", "").endswith(queue):
                 found = props
                 ch.basic_ack(method.delivery_tag)
-            else:
-                ch.basic_nack(method.delivery_tag, requeue=True)
-                time.sleep(0.05)
+            # (another test's is left unacknowledged: back on the queue when this one closes)
         reader.close()
-        assert found is not None, "nothing on the undelivered queue"
+        assert found is not None, f"nothing on the undelivered queue: {ttl_bridge.log()[-3000:]}"
         assert found.headers["jms-bridge-reason"] == "MQFB_EXPIRATION"
 
