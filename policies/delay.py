@@ -252,7 +252,8 @@ def _expiry(headers: Mapping[str, str], now_ms: int, delay_ms: int, due_ms: int)
             )
         else:
             detail = (
-                f"{shown}: time to live {ttl} ms is not longer than the delivery delay {delay_ms} ms"
+                f"{shown}: time to live {ttl} ms is not longer than the delivery delay "
+                f"{delay_ms} ms"
             )
         raise Refused(MQRC_EXPIRY_ERROR, detail)
     return expires_ms

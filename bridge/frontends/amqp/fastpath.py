@@ -62,8 +62,9 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
     ``needles`` (to be framed from their bytes and offered to the screen; the others are
     relayed as they came): one of its header-table keys in its content header frame, when that
     has a header table, one of its mentions in its method frame (where the screen looks for
-    them), or a property among ``flags`` (a mask of the content header's property flags). ``limit`` is the largest frame (its 8 bytes of overhead included), ``max_body`` the
-    largest body, ``own`` the bridge's own channel. With ``first_screened`` it stops at the
+    them), or a property among ``flags`` (a mask of the content header's property flags).
+    ``limit`` is the largest frame (its 8 bytes of overhead included), ``max_body`` the largest
+    body, ``own`` the bridge's own channel. With ``first_screened`` it stops at the
     first publish that holds a needle (the run found so far, and that one as ``screened``):
     enough to tell that ``data`` is not all publishes to relay as they came. (Frame headers
     are read octet by octet: as C, that costs a tenth of what ``struct`` did, which made a
