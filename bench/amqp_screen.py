@@ -73,6 +73,7 @@ def screened_connection() -> tuple[ProxyConnection, PublishScreen]:
     conn.state = State.OPEN
     conn.login, conn.passcode, conn.vhost = "guest", "guest", "/"
     conn.screen_needles = screen.needles
+    conn.screen_flags = screen.flags
     conn.client_data(PROTOCOL_HEADER)
     return conn, screen
 

@@ -13,7 +13,8 @@ Checks, in this order (DESIGN.md, "Delivery delay contract"):
 3. ``JMSXGroupID`` set                                    -> MQRC_OPTIONS_ERROR;
 4. ``JMS_IBM_RETAIN`` = ``1``                             -> MQRC_OPTIONS_ERROR;
 5. destination matches a disabled pattern                 -> MQRC_OPTIONS_ERROR;
-6. TTL malformed, or a non-zero TTL expiring before the due time -> MQRC_EXPIRY_ERROR (2013).
+6. TTL malformed, or a non-zero TTL expiring at or before the due time -> MQRC_EXPIRY_ERROR (2013)
+   (IBM MQ refuses one shorter than the delay; one equal to it could never be delivered).
 
 Destination patterns (:func:`matches`) follow the ActiveMQ/RabbitMQ wildcard conventions over
 dot-separated segments, matched against which queue or topic a destination is on the broker
@@ -227,7 +228,8 @@ def _delay_value(name: str, value: str, max_delay_ms: int | None) -> int:
 
 
 def _expiry(headers: Mapping[str, str], now_ms: int, delay_ms: int, due_ms: int) -> int | None:
-    """Absolute expiry of a delayed send, or None; refuse a TTL that ends before the due time."""
+    """Absolute expiry of a delayed send, or None; refuse a TTL that ends at or before the due
+    time (one that ends at it would expire when due, never delivered)."""
     expiries: list[tuple[int, str]] = []
     for name, relative in ((ABSOLUTE_TTL_HEADER, False), (RELATIVE_TTL_HEADER, True)):
         if name not in headers:
@@ -245,7 +247,7 @@ def _expiry(headers: Mapping[str, str], now_ms: int, delay_ms: int, due_ms: int)
     if not expiries:
         return None
     expires_ms, name = min(expiries)
-    if expires_ms < due_ms:
+    if expires_ms <= due_ms:
         ttl = expires_ms - now_ms
         shown = f"{name}={_show(headers[name])}"
         if ttl <= 0:
@@ -254,7 +256,8 @@ def _expiry(headers: Mapping[str, str], now_ms: int, delay_ms: int, due_ms: int)
             )
         else:
             detail = (
-                f"{shown}: time to live {ttl} ms is shorter than the delivery delay {delay_ms} ms"
+                f"{shown}: time to live {ttl} ms is not longer than the delivery delay "
+                f"{delay_ms} ms"
             )
         raise Refused(MQRC_EXPIRY_ERROR, detail)
     return expires_ms

@@ -27,6 +27,7 @@ from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
 from bridge.intercept.chain import Chain
 from bridge.intercept.delay import DelayInterceptor
+from bridge.intercept.expiry import ExpiryStamp
 from bridge.intercept.guard import StagingGuard
 from bridge.intercept.redelivery import RedeliveryInterceptor
 from bridge.staging.catalogue import CatalogueSink, CatalogueWriter
@@ -240,6 +241,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
                    LogSink(logs.get("redelivery")), *recorders],
             count_first=settings.first_delivery_count,
         ),
+        ExpiryStamp(),  # last: a delayed send's staged copy carries its expiry itself
     ])
     stomp = StompServer(
         broker=settings.broker,

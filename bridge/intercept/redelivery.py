@@ -152,6 +152,14 @@ class RedeliveryInterceptor(Interceptor):
         headers[envelope.MESSAGE_ID] = original_id
         headers[envelope.DELIVERY_COUNT] = str(failures)
         policy_text = f"{policy.dialect}: {policy.text}"
+        expires_ms = envelope.expiry_ms(headers, now)
+        if expires_ms is not None and not isinstance(action, Delete):
+            if expires_ms <= now:
+                # Its time is up: no copy goes out. Staged due now, it takes the path of an
+                # expired staged message (a report, the undelivered queue, or discarded).
+                return self._staged(d, queue, headers, now, now, expires_ms)
+            # The copy's TTL counts from the original send, not from this failure.
+            headers[envelope.EXPIRES] = str(expires_ms)
         if isinstance(action, Redeliver):
             outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, queue,
                                     now + action.delay_ms, detail=policy_text,
@@ -162,8 +170,8 @@ class RedeliveryInterceptor(Interceptor):
                     # upstream connection closes, flagged redelivered (one more delivery). A
                     # copy put now could be dispatched to the departing subscription itself.
                     return None
-                return Copy(d.ack_id, queue, tuple(headers.items()))
-            return self._staged(d, queue, headers, now + action.delay_ms, now)
+                return Copy(d.ack_id, queue, _left(headers, expires_ms, now))
+            return self._staged(d, queue, headers, now + action.delay_ms, now, expires_ms)
         if isinstance(action, Delete):
             outcomes.append(Outcome(Kind.DELETED, now, original_id, queue,
                                     reason=action.reason, detail=policy_text, count=failures,
@@ -181,19 +189,26 @@ class RedeliveryInterceptor(Interceptor):
         outcomes.append(Outcome(kind, now, original_id, queue, reason=action.reason,
                                 detail=policy_text, queue=where, count=failures,
                                 size=d.body_size))
-        return Copy(d.ack_id, where, tuple(headers.items()))
+        return Copy(d.ack_id, where, _left(headers, expires_ms, now))
 
-    def _staged(
-        self, d: Delivery, queue: str, headers: dict[str, str], due_ms: int, now: int
-    ) -> Copy:
-        """A delayed redelivery: staged exactly like a delayed send, back to its queue."""
+    def _staged(self, d: Delivery, queue: str, headers: dict[str, str], due_ms: int, now: int,
+                expires_ms: int | None) -> Copy:
+        """A delayed redelivery: staged exactly like a delayed send, back to its queue, with
+        the expiry of the original send (one that comes first is an expired staged
+        message's)."""
         staging = self.fmt.client_destination(self.layout.queue_for(due_ms - now))
-        expires = headers.get("expires", "")
-        expires_ms = (int(expires) if expires.isascii() and expires.isdigit() and int(expires) > 0
-                      else None)
         staged = envelope.staged_headers(
             headers.items(), self.fmt, target=queue, staging_destination=staging,
             due_ms=due_ms, sent_ms=now, expires_ms=expires_ms, drop=(),
         )
         staged.append((envelope.DELIVERY_COUNT, headers[envelope.DELIVERY_COUNT]))
         return Copy(d.ack_id, staging, tuple(staged))
+
+
+def _left(headers: dict[str, str], expires_ms: int | None, now: int) -> tuple[tuple[str, str], ...]:
+    """A copy's headers, its relative TTL (``expiration``) cut to what is left of it; an
+    absolute one (``expires``) stays as it was."""
+    ttl = headers.get("expiration", "")
+    if expires_ms is not None and ttl.isascii() and ttl.isdigit() and int(ttl) > 0:
+        headers["expiration"] = str(max(expires_ms - now, 1))
+    return tuple(headers.items())

@@ -21,7 +21,10 @@ TARGET = PREFIX + "target"  # the destination the application sent to
 DUE = PREFIX + "due"  # epoch ms, the earliest delivery
 SENT = PREFIX + "sent"  # epoch ms, when the application sent it
 ENTERED = PREFIX + "entered"  # epoch ms, when it entered the queue it is on now
-EXPIRES = PREFIX + "expires"  # epoch ms, absent = never
+# Epoch ms when it expires, absent = never: on a staged copy, and on a message with a time to live
+# that the bridge passed on (stamped on a send with a relative TTL, kept on a released message
+# and on every copy), so that a copy's TTL still counts from the original send.
+EXPIRES = PREFIX + "expires"
 MESSAGE_ID = PREFIX + "message-id"  # the original message id
 # On the released message: its due time, epoch ms (what JMS 2.0 calls its JMSDeliveryTime: the
 # time the bridge took the SEND plus the delay, or the JMSDeliveryTime it asked for).
@@ -214,7 +217,7 @@ def hop_headers(headers: dict[str, str], *, now_ms: int) -> dict[str, str]:
 def released_headers(headers: dict[str, str], fmt: StagedFormat, *, now_ms: int) -> dict[str, str]:
     """The headers of the message put to its target: the application's message as it sent it,
     with its original message id and correlation id, its delivery time and the TTL that
-    remains."""
+    remains (and its absolute expiry, for a copy made of it later)."""
     out = {
         n: v for n, v in headers.items()
         if not n.startswith(PREFIX) and n not in FRAME_ONLY and n != "correlation-id"
@@ -234,7 +237,27 @@ def released_headers(headers: dict[str, str], fmt: StagedFormat, *, now_ms: int)
         out["expires"] = headers[ORIGINAL_TTL]
     elif ttl_header == "expiration" and expires:
         out["expiration"] = str(max(int(expires) - now_ms, 1))
+    if expires:
+        out[EXPIRES] = expires
     return out
+
+
+def expiry_ms(headers: Mapping[str, str], now_ms: int) -> int | None:
+    """When a delivered message expires, epoch ms, or None for never: the earliest of its
+    absolute expiry (``jms-bridge-expires``, ``expires``) and its relative TTL (``expiration``)
+    counted from ``now_ms`` (the best there is for a message the bridge never stamped)."""
+    found: int | None = None
+    for name, relative in ((EXPIRES, False), ("expires", False), ("expiration", True)):
+        value = headers.get(name)
+        if not value or len(value) > 18 or not (value.isascii() and value.isdigit()):
+            continue  # absent, or not a time (a malformed TTL never expires here)
+        number = int(value)
+        if number == 0:  # never
+            continue
+        at = now_ms + number if relative else number
+        if found is None or at < found:
+            found = at
+    return found
 
 
 def jms_destination(destination: str) -> str:

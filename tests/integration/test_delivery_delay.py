@@ -80,8 +80,10 @@ def test_released_message_is_the_one_sent(bridge: BridgeProcess, broker: Broker,
         assert h["expires"] == ttl["expires"]
     # The due time the bridge gave it: its send, as the bridge read it, plus the delay.
     assert sent + 700 <= int(h["jms-bridge-delivery-time"]) <= sent + 700 + 1000
-    assert not [k for k in h if k.startswith("jms-bridge-")
-                and k not in ("jms-bridge-message-id", "jms-bridge-delivery-time")]
+    # Its expiry, epoch ms, for a copy made of it later (a redelivery counts from the send).
+    assert sent + 60000 <= int(h["jms-bridge-expires"]) <= sent + 60000 + 1000
+    assert not [k for k in h if k.startswith("jms-bridge-") and k not in (
+        "jms-bridge-message-id", "jms-bridge-delivery-time", "jms-bridge-expires")]
 
 
 @pytest.mark.parametrize(
@@ -155,9 +157,12 @@ def test_expired_while_staged_is_not_delivered(bridge: BridgeProcess, broker: Br
     before = bridge.metric("jms_bridge_staging_expired_total")
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
     conn.subscribe(dest, id="x", ack="auto")
-    # A TTL equal to the delay is allowed (IBM MQ refuses only a shorter one) and ends exactly
-    # when the message falls due: it expires on the staging queue.
-    conn.send(dest, "too late", headers={"x-delay": "400", "expiration": "400"})
+    # Its TTL outlives the delay, but it is timed from the send and its transaction commits
+    # after both: it reaches the staging queue expired.
+    tx = conn.begin()
+    conn.send(dest, "too late", headers={"x-delay": "400", "expiration": "600"}, transaction=tx)
+    time.sleep(0.8)
+    conn.commit(tx)
     assert inbox.quiet(2.0) == []
     conn.disconnect()
     assert bridge.metric("jms_bridge_staging_expired_total") >= before + 1

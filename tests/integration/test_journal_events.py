@@ -75,12 +75,17 @@ def test_every_way_a_message_goes_is_journaled_once_and_reported(
     conn.subscribe(d["released"], id="r", ack="auto")
     conn.send(d["released"], "released", headers={delay: "800", "receipt": "r1"})
     conn.send(d["cancelled"], "cancelled", headers={delay: "600000", "receipt": "r2"})
-    conn.send(d["expired"], "expired", headers={delay: "800", "expiration": "800",
-                                                "receipt": "r3"})
+    # Timed from its send, committed after its TTL: it reaches the staging queue expired.
+    tx = conn.begin()
+    conn.send(d["expired"], "expired", headers={delay: "800", "expiration": "1000",
+                                                "receipt": "r3"}, transaction=tx)
     conn.send(d["dead"], "dead", headers={"receipt": "r4", "persistent": "true"})
-    for r in ("r1", "r2", "r3", "r4"):
+    for r in ("r1", "r2", "r4"):  # (r3 comes with its transaction's COMMIT on RabbitMQ)
         assert inbox.wait_receipt(r), r
     assert [m.body for m in inbox.take(1, timeout=15)] == ["released"], bridge.log()[-2000:]
+    time.sleep(0.3)  # (the release came at least 800 ms after the send)
+    conn.commit(tx)
+    assert inbox.wait_receipt("r3")
     conn.subscribe(d["dead"], id="f", ack="client-individual")
     for _ in range(2):  # NACKed twice: redelivered, then moved
         (m,) = inbox.take(1, timeout=15)

@@ -158,7 +158,7 @@ def test_a_chunk_of_plain_deliveries_is_one_run() -> None:
     conn, consumer_side = side(fast=True)
     events = conn.broker_data(data)
     assert [type(e) for e in events] == [DeliveryRun]
-    assert b"JMSXDeliveryCount" in broker(conn, consumer_side, data)
+    assert broker(conn, consumer_side, data) == data  # first deliveries: the broker's bytes
 
 
 def test_a_run_ends_at_a_redelivery_a_partial_message_or_the_bridges_own_channel() -> None:

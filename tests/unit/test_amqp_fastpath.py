@@ -135,6 +135,21 @@ def test_only_the_publishes_that_hold_a_needle_are_framed() -> None:
     assert events[1].properties.headers == {"x-delay": 5000}
 
 
+def test_a_publish_with_a_screened_property_is_framed() -> None:
+    """A property the screen watches (``expiration``: its flag, 0x0100) is found by the
+    content header's property flags, not by a table key."""
+    short = commands.Basic.Properties(expiration="2500")
+    data = publish(1, b"plain") + publish(1, b"short-lived", short) + publish(1, b"plain")
+    done, count, _, screened = plain_run(data, 4096, 1 << 20, own=None, flags=0x0100)
+    assert (done, count) == (len(data), 3) and [s[0] for s in screened] == [1]
+    assert plain_run(data, 4096, 1 << 20, own=None)[3] == []
+    conn = opened(((), ()))
+    conn.screen_flags = 0x0100
+    events = conn.client_data(data)
+    assert [type(e) for e in events] == [PlainRun, Message, PlainRun]
+    assert events[1].properties.expiration == "2500"
+
+
 def test_a_message_cut_by_the_chunk_waits_for_its_rest_and_is_counted_as_held() -> None:
     conn = opened(((), ()))
     data = publish(1, b"a" * 10) + publish(1, b"b" * 10)

@@ -282,9 +282,20 @@ def test_order_of_checks() -> None:
 # --- time to live ----------------------------------------------------------------------------
 
 
-def test_relative_ttl_equal_to_delay_allowed() -> None:
-    sent = delay_of({"x-delay": "5000", "expiration": "5000"}, DEST, NOW, CONFIG)
-    assert sent == DelayedSend(5000, NOW + 5000, NOW, NOW + 5000, "x-delay")
+def test_relative_ttl_equal_to_delay_refused() -> None:
+    # It would expire at its due time, never delivered.
+    error = refused({"x-delay": "5000", "expiration": "5000"})
+    assert_refused(
+        error,
+        MQRC_EXPIRY_ERROR,
+        "expiration='5000'",
+        "time to live 5000 ms is not longer than the delivery delay 5000 ms",
+    )
+
+
+def test_relative_ttl_one_ms_longer_allowed() -> None:
+    sent = delay_of({"x-delay": "5000", "expiration": "5001"}, DEST, NOW, CONFIG)
+    assert sent == DelayedSend(5000, NOW + 5000, NOW, NOW + 5001, "x-delay")
 
 
 def test_relative_ttl_one_ms_shorter_refused() -> None:
@@ -293,13 +304,15 @@ def test_relative_ttl_one_ms_shorter_refused() -> None:
         error,
         MQRC_EXPIRY_ERROR,
         "expiration='4999'",
-        "time to live 4999 ms is shorter than the delivery delay 5000 ms",
+        "time to live 4999 ms is not longer than the delivery delay 5000 ms",
     )
 
 
 def test_absolute_expiry_boundary() -> None:
-    sent = delay_of({"x-delay": "5000", "expires": str(NOW + 5000)}, DEST, NOW, CONFIG)
-    assert sent is not None and sent.expires_ms == NOW + 5000
+    sent = delay_of({"x-delay": "5000", "expires": str(NOW + 5001)}, DEST, NOW, CONFIG)
+    assert sent is not None and sent.expires_ms == NOW + 5001
+    error = refused({"x-delay": "5000", "expires": str(NOW + 5000)})
+    assert_refused(error, MQRC_EXPIRY_ERROR, f"expires='{NOW + 5000}'", "time to live 5000 ms")
     error = refused({"x-delay": "5000", "expires": str(NOW + 4999)})
     assert_refused(error, MQRC_EXPIRY_ERROR, f"expires='{NOW + 4999}'", "time to live 4999 ms")
 
@@ -311,13 +324,13 @@ def test_already_expired() -> None:
 
 def test_ttl_against_absolute_delivery_time() -> None:
     when = str(NOW + 5000)
-    sent = delay_of({"JMSDeliveryTime": when, "expiration": "5000"}, DEST, NOW, CONFIG)
-    assert sent is not None and sent.expires_ms == NOW + 5000
+    sent = delay_of({"JMSDeliveryTime": when, "expiration": "5001"}, DEST, NOW, CONFIG)
+    assert sent is not None and sent.expires_ms == NOW + 5001
     error = refused({"JMSDeliveryTime": when, "expiration": "1000"})
     assert_refused(
         error,
         MQRC_EXPIRY_ERROR,
-        "time to live 1000 ms is shorter than the delivery delay 5000 ms",
+        "time to live 1000 ms is not longer than the delivery delay 5000 ms",
     )
 
 
@@ -451,8 +464,8 @@ nows = st.integers(min_value=0, max_value=10**13)
 
 
 @given(now=nows, delay=delays, data=st.data())
-def test_ttl_at_least_delay_is_accepted(now: int, delay: int, data: st.DataObject) -> None:
-    ttl = data.draw(st.integers(min_value=max(delay, 1), max_value=CONFIG.max_delay_ms * 2))
+def test_ttl_longer_than_delay_is_accepted(now: int, delay: int, data: st.DataObject) -> None:
+    ttl = data.draw(st.integers(min_value=delay + 1, max_value=CONFIG.max_delay_ms * 2))
     sent = delay_of({"x-delay": str(delay), "expiration": str(ttl)}, DEST, now, CONFIG)
     if delay == 0:
         assert sent is None
@@ -462,11 +475,11 @@ def test_ttl_at_least_delay_is_accepted(now: int, delay: int, data: st.DataObjec
 
 @given(
     now=nows,
-    delay=st.integers(min_value=2, max_value=CONFIG.max_delay_ms),
+    delay=st.integers(min_value=1, max_value=CONFIG.max_delay_ms),
     data=st.data(),
 )
-def test_ttl_shorter_than_delay_is_refused(now: int, delay: int, data: st.DataObject) -> None:
-    ttl = data.draw(st.integers(min_value=1, max_value=delay - 1))
+def test_ttl_not_longer_than_delay_is_refused(now: int, delay: int, data: st.DataObject) -> None:
+    ttl = data.draw(st.integers(min_value=1, max_value=delay))
     for headers in (
         {"x-delay": str(delay), "expiration": str(ttl)},
         {"JMSDeliveryTime": str(now + delay), "expires": str(now + ttl)},

@@ -22,9 +22,10 @@ TABLE = compile_table({
 
 
 def session(version: str = "1.2", ack: str = "client-individual",
-            sinks: Sequence[Sink] = ()) -> Session:
+            sinks: Sequence[Sink] = (), count_first: Sequence[str] = ()) -> Session:
     icpt = RedeliveryInterceptor(table=TABLE, fmt=rabbitmq.FORMAT, layout=Layout(),
-                                 clock=lambda: NOW, rand=lambda: 0.5, sinks=sinks)
+                                 clock=lambda: NOW, rand=lambda: 0.5, sinks=sinks,
+                                 count_first=count_first)
     s = Session(chain=Chain([icpt]))
     s.from_client(f"CONNECT\naccept-version:{version}\nhost:/\nlogin:u\npasscode:p\n\n\x00"
                   .encode())
@@ -60,14 +61,23 @@ def receipt(frame: Frame) -> bytes:
     return serialize("RECEIPT", [("receipt-id", frame.get("receipt") or "")], b"")
 
 
-def test_every_delivery_carries_its_delivery_count() -> None:
+def test_a_redelivery_carries_its_delivery_count_and_a_first_delivery_the_brokers_bytes() -> None:
     s = session()
-    assert delivered(s, message(1)).get("JMSXDeliveryCount") == "1"
+    first = message(1)
+    assert "JMSXDeliveryCount" not in delivered(s, first)
+    assert s.from_broker(first).to_client == [first]  # as the broker sent it, byte for byte
     again = message(2, "/queue/orders", ("redelivered", "true"))
     assert delivered(s, again).get("JMSXDeliveryCount") == "2"
     copy = message(3, "/queue/orders", (envelope.DELIVERY_COUNT, "4"))
     assert delivered(s, copy).get("JMSXDeliveryCount") == "5"
     assert delivery_count({"x-delivery-count": "2", envelope.DELIVERY_COUNT: "1"}) == 4
+
+
+def test_first_deliveries_carry_the_count_where_a_pattern_asks_for_it() -> None:
+    s = session(count_first=["/queue/ord*", "/queue/orders"])
+    assert delivered(s, message(1)).get("JMSXDeliveryCount") == "1"
+    other = session(count_first=["/queue/gone"])
+    assert "JMSXDeliveryCount" not in delivered(other, message(1))
 
 
 def test_a_nack_within_the_immediate_range_puts_a_copy_back_then_acks() -> None:

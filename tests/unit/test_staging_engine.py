@@ -182,7 +182,7 @@ def test_one_ms_delay_is_released_at_due_as_the_application_sent_it() -> None:
     assert "x-delay" not in released.headers
     assert released.headers[envelope.DELIVERY_TIME] == str(T0 + 1)
     assert not {n for n in released.headers if n.startswith("jms-bridge-")} - {
-        envelope.MESSAGE_ID, envelope.DELIVERY_TIME}
+        envelope.MESSAGE_ID, envelope.DELIVERY_TIME, envelope.EXPIRES}
     assert stats.released == 1 and stats.hops == 0 and stats.lateness_counts[0] == 1
     assert broker.held_count == 0 and broker.depth(LAYOUT.ready) == 0
 

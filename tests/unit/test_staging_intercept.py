@@ -166,8 +166,10 @@ def test_release_restores_the_message_the_application_sent() -> None:
     assert released["expiration"] == str(10000 - 3004)  # the TTL still counts from the send
     assert released["app"] == "v" and released["priority"] == "7"
     assert released[envelope.DELIVERY_TIME] == str(NOW + 3000)
+    # its absolute expiry too: a copy made of it later counts its TTL from the send
+    assert released[envelope.EXPIRES] == str(NOW + 10000)
     assert not any(k.startswith("jms-bridge-") and k not in (envelope.MESSAGE_ID,
-                   envelope.DELIVERY_TIME) for k in released)
+                   envelope.DELIVERY_TIME, envelope.EXPIRES) for k in released)
     assert "destination" not in released and "receipt" not in released
 
 

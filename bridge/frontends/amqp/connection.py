@@ -231,6 +231,8 @@ class ProxyConnection:
         # publishes of a chunk that hold none of them are relayed without being framed
         # (``fastpath``). None: every publish is framed.
         self.screen_needles: Needles | None = None
+        # And the properties that make it look (a mask of a content header's property flags).
+        self.screen_flags = 0
         # The same for deliveries (with ``assemble_broker``): header-table keys as on the wire
         # (length octet, name); a plain delivery whose table holds none of them is given in a
         # ``DeliveryRun``.
@@ -266,7 +268,8 @@ class ProxyConnection:
             # (Each publish's method and content header frames are searched for the needles:
             # a search of the whole chunk, bodies included, cost more.)
             done, publishes, short, screened = plain_run(
-                data, self._client.limit, self.max_body_size, self.own_channel, needles)
+                data, self._client.limit, self.max_body_size, self.own_channel, needles,
+                False, self.screen_flags)
             out = self._run_events(data, done, publishes, screened) if done else []
             if short and len(data) - done <= TAIL_MAX:  # the rest begins a plain publish:
                 self._client_tail = data[done:]  # its rest is waited for here, so that the
@@ -293,7 +296,8 @@ class ProxyConnection:
                 or self._client_tail or not self._client.idle or not self._publishes.idle):
             return 0
         done, publishes, _, screened = plain_run(
-            data, self._client.limit, self.max_body_size, self.own_channel, needles, True)
+            data, self._client.limit, self.max_body_size, self.own_channel, needles, True,
+            self.screen_flags)
         return publishes if done == len(data) and not screened else 0
 
     def _run_events(self, data: bytes, done: int, publishes: int,

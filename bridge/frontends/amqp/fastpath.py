@@ -54,16 +54,17 @@ Screened = tuple[int, int, int, list[tuple[int, int]], int]
 
 
 def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
-              needles: Needles = ((), ()), first_screened: bool = False,
+              needles: Needles = ((), ()), first_screened: bool = False, flags: int = 0,
               ) -> tuple[int, int, bool, list[Screened]]:
     """(bytes, publishes, short, screened): how many leading bytes of ``data`` are whole
     publishes of the plain kind, how many publishes they are, whether what follows them is
     such a publish so far, cut short by the end of ``data``, and which of them hold one of
     ``needles`` (to be framed from their bytes and offered to the screen; the others are
     relayed as they came): one of its header-table keys in its content header frame, when that
-    has a header table, or one of its mentions in its method frame (where the screen looks for
-    them). ``limit`` is the largest frame (its 8 bytes of overhead included), ``max_body`` the
-    largest body, ``own`` the bridge's own channel. With ``first_screened`` it stops at the
+    has a header table, one of its mentions in its method frame (where the screen looks for
+    them), or a property among ``flags`` (a mask of the content header's property flags).
+    ``limit`` is the largest frame (its 8 bytes of overhead included), ``max_body`` the largest
+    body, ``own`` the bridge's own channel. With ``first_screened`` it stops at the
     first publish that holds a needle (the run found so far, and that one as ``screened``):
     enough to tell that ``data`` is not all publishes to relay as they came. (Frame headers
     are read octet by octet: as C, that costs a tenth of what ``struct`` did, which made a
@@ -125,7 +126,8 @@ def plain_run(data: bytes, limit: int, max_body: int, own: int | None,
             break  # the message goes on in the next chunk
         if ((keys and data[header_at + 19] & 0x20 and _holds(data, keys, header_at + 21,
                                                              header_end))
-                or (mentions and _holds(data, mentions, start, header_at))):
+                or (mentions and _holds(data, mentions, start, header_at))
+                or (flags and ((data[header_at + 19] << 8) | data[header_at + 20]) & flags)):
             screened.append((count, start, header_at, _frames(data, header_end, pos), pos))
             if first_screened:
                 return done, count, False, screened

@@ -247,6 +247,7 @@ class _Link:
             self.conn.screen_needles = ((), ())
         elif isinstance(hook, PublishScreen):
             self.conn.screen_needles = hook.needles
+            self.conn.screen_flags = hook.flags
         self.client_r, self.client_w = reader, writer
         self.up: Upstream | None = None
         self._drained: asyncio.Task[None] | None = None  # while the broker is not read

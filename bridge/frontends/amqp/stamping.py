@@ -37,14 +37,21 @@ def _make_entry(name: str, value: str) -> bytes:
     return bytes((len(key),)) + key + b"S" + len(data).to_bytes(4, "big") + data
 
 
+def stamp_header(raw: bytes, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """``raw`` (a content header frame) with ``headers`` set once (a publish's own stamp,
+    unlike a consumer's deliveries' not the same each time: nothing kept)."""
+    return Stamper(headers, cached=False)._stamp(raw)
+
+
 class Stamper:
     """Sets the same ``headers`` in content header frames (a delivery's ``JMSXDeliveryCount``):
     their entries written once, the frame's other bytes kept."""
 
     __slots__ = ("added", "names", "keys", "_last", "_last_stamped")
 
-    def __init__(self, headers: tuple[tuple[str, str], ...]) -> None:
-        self.added = b"".join(_entry(n, v) for n, v in headers)
+    def __init__(self, headers: tuple[tuple[str, str], ...], cached: bool = True) -> None:
+        entry = _entry if cached else _make_entry
+        self.added = b"".join(entry(n, v) for n, v in headers)
         self.names = {n.encode() for n, _ in headers}
         self.keys = tuple(bytes((len(n),)) + n for n in self.names)
         # The last frame stamped and what it became: a consumer's deliveries mostly carry the

@@ -34,9 +34,10 @@ from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
 from bridge.frontends.amqp.framer import plain_publish_fields
 from bridge.frontends.amqp.properties import PIKA_NAMES, header_frame, plugin_stamp
+from bridge.frontends.amqp.stamping import stamp_header
 from bridge.frontends.amqp.tables import wire_keys
 from bridge.intercept.chain import Chain
-from bridge.intercept.decisions import Decision, Hold, Refuse, Rewrite
+from bridge.intercept.decisions import Decision, Hold, Refuse, Rewrite, Stamp
 from bridge.intercept.views import Send
 
 TABLE = 2  # the header table's and the delivery mode's places in the 14 property values
@@ -129,6 +130,12 @@ class PublishScreen:
         # What the fast path (``fastpath.plain_run``) looks for where this screen looks: a
         # publish holding none of them is relayed without being framed.
         self.needles = (self._keys, self._mentioned)
+        # A header the interest names that is a property (``expiration``) is not in the table:
+        # its publishes are found by the content header's property flags.
+        self.flags = 0
+        for header, attr in STRING_PROPERTIES:
+            if header in self.names:
+                self.flags |= 1 << (15 - PIKA_NAMES.index(attr))
         self._routes: dict[str, Route] = {}
 
     def __call__(self, message: Message,
@@ -137,14 +144,15 @@ class PublishScreen:
         giving them when the chain holds the publish; ``Refused`` when it refuses it."""
         header = message.header_frame.raw
         routing = message.method_frame.raw
-        if (self._key_search is None or self._key_search(header) is None) and not _mentions(
-                self._mentioned, routing):
+        flagged = self.flags and ((header[19] << 8) | header[20]) & self.flags
+        if not flagged and (self._key_search is None or self._key_search(header) is None) and \
+                not _mentions(self._mentioned, routing):
             return None
         exchange, routing_key, mandatory = publish_fields(message)
         destination = destination_of(exchange, routing_key)
         values = message.header_frame.values
-        if not _names_in(self.names, values[TABLE]) and not _mentions(self.mentions,
-                                                                       destination):
+        if not flagged and not _names_in(self.names, values[TABLE]) and not _mentions(
+                self.mentions, destination):
             return None
         headers = headers_of(values, destination)
         types = amqp_types.encode(values[TABLE], values[MODE], drop=self.names)
@@ -167,6 +175,10 @@ class PublishScreen:
                mandatory: bool, body_size: int) -> bytes | None:
         if isinstance(decision, Refuse):
             raise decision.refusal
+        if isinstance(decision, Stamp):  # the publish as it came, with table entries added
+            return b"".join((message.method_frame.raw, stamp_header(
+                message.header_frame.raw, decision.headers),
+                *[frame.raw for frame in message.body_frames]))
         if not isinstance(decision, Rewrite):
             return None
         staged = dict(decision.headers)  # first wins was applied when they were made

@@ -335,8 +335,10 @@ class Session:
                     out.close = f"refused {command}: {refusal}"
                     self.state = State.CLOSED
                     return out
-                assert not isinstance(decision, Stamp)
-                out.to_broker.append(decision_bytes(decision, event, self.version))
+                if isinstance(decision, Stamp):  # a SEND with headers added
+                    out.to_broker.append(stamped(event, decision.headers, self.version))
+                else:
+                    out.to_broker.append(decision_bytes(decision, event, self.version))
             else:
                 out.to_broker.append(event.raw)
             if nxt is not self._state:
