@@ -190,6 +190,13 @@ def table_headers(table: Mapping[str, Any], out: dict[str, str]) -> None:
                 out.setdefault(name, shown)
 
 
+def nack_requeues(value: str | None) -> bool:
+    """Whether RabbitMQ's plugin requeues a NACK whose ``requeue`` header is ``value``
+    (``rabbit_stomp_frame:boolean_header/3``, default true): only ``false`` and ``False`` say
+    no, so a NACK with ``FALSE`` is requeued like one without the header."""
+    return value not in ("false", "False")
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """Where a STOMP destination publishes to, as the plugin routes a SEND."""
