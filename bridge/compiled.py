@@ -1,7 +1,8 @@
 """The AMQP path's hot modules, compiled with mypyc where a build of them is current.
 
-Besides the front-end's own: the staged copy's envelope, the delay policy and RabbitMQ's
-mapping of STOMP headers to AMQP properties and back, which every delayed publish runs through.
+Besides the front-end's own: the staged copy's envelope, the delay policy, the reading of a
+property's meaning (``policies.properties``) and RabbitMQ's mapping of STOMP headers to AMQP
+properties and back, which every delayed publish runs through.
 
 ``scripts/compile`` (run by ``scripts/setup``) compiles ``MODULES`` with mypyc into extension
 modules under ``build/native/`` (``BUILD``), laid out as their packages are, one shared library
@@ -50,6 +51,7 @@ MODULES = (
     "policies.delay",
     "adapters.rabbitmq_stomp",
     "adapters.amqp_types",
+    "policies.properties",  # (last: the modules above import it, and a reason names the first)
 )
 GROUP = "bridge._native"  # the shared library: build/native/bridge/_native__mypyc.<abi>.so
 LIBRARY = GROUP + "__mypyc"  # the module name its modules import it by
