@@ -1,8 +1,8 @@
 """The types of an AMQP message's header table, carried through the STOMP-shaped path.
 
 Messages cross the staging interface as STOMP headers (strings), so an AMQP header table's
-integers would come back as strings and its booleans, floats, byte strings, timestamps and
-nested tables not at all. A message that entered through the AMQP front-end therefore carries
+integers, booleans, floats and decimals would come back as strings and its byte strings,
+timestamps and nested tables not at all. A message that entered through the AMQP front-end therefore carries
 its typed table (and its delivery mode) in one more header, ``TYPES_HEADER``: an AMQP field
 table, base64. Whoever turns STOMP headers back into AMQP properties (``amqp_properties``) lays
 the typed values back over the strings:
@@ -31,6 +31,8 @@ from typing import Any
 from pika import data as pdata  # type: ignore[attr-defined]
 from pika import exceptions as pexceptions
 
+from policies.properties import text
+
 TYPES_HEADER = "x-jms-bridge-amqp-types"
 # A staged copy's own header (bridge.staging.envelope.TARGET): the types stay on such a copy.
 STAGED_MARK = "jms-bridge-target"
@@ -40,15 +42,9 @@ _DELIVERY_MODE = "delivery-mode"
 
 def shown(value: Any) -> str | None:
     """What the STOMP view shows of a header-table value
-    (``adapters.rabbitmq_stomp.stomp_headers``): a string or an integer as text; None for what it
-    drops."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return value
-    return None
+    (``adapters.rabbitmq_stomp.table_headers``): its text (``policies.properties.text``); None
+    for what it drops."""
+    return text(value)
 
 
 def _writable(value: Any) -> Any:

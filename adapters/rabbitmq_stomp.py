@@ -26,6 +26,8 @@ headers it was given:
     any other header  headers table     longstr                         longstr as is; signedint
                                                                         and long in decimal;
                                                                         other types dropped
+                                                                        (here: bool, float and
+                                                                        decimal shown as text)
     destination       -                 not stored                      the delivery's own
 
 On MESSAGE the plugin writes the headers-table entries before the properties and STOMP
@@ -45,6 +47,7 @@ import pika
 
 from adapters.amqp_types import overlaid
 from adapters.base import PER_DELIVERY
+from policies.properties import text
 
 # STOMP header -> BasicProperties attribute, in rabbit_stomp_util's order.
 STRING_PROPERTIES = (
@@ -167,18 +170,30 @@ def plugin_headers(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def table_headers(table: Mapping[str, Any], out: dict[str, str]) -> None:
-    """A header table's entries as the plugin shows them, into ``out`` (the first of a name
-    kept): strings as they are, integers in decimal, anything else dropped."""
+    """A header table's entries as headers, into ``out`` (the first of a name kept): strings as
+    they are, integers in decimal, as the plugin shows them; and, where the plugin drops them,
+    booleans and floats and decimals as their text (``policies.properties.text``), so that the
+    bridge reads a property by its meaning whatever type it came in (``true`` and 1 set
+    ``JMS_TIBCO_PRESERVE_UNDELIVERED``; 300.0 is a delay). Anything else is dropped, as the
+    plugin drops it. Where such a message goes out again, its table's types come back
+    (``amqp_types``)."""
     for name, value in table.items():
         kind = type(value)
         if kind is str:
             out.setdefault(name, value)
-        elif kind is bool:
-            continue  # a boolean field; the plugin drops it
-        elif isinstance(value, int):
+        elif kind is int:
             out.setdefault(name, str(value))
-        elif isinstance(value, str):
-            out.setdefault(name, value)
+        else:
+            shown = text(value)
+            if shown is not None:
+                out.setdefault(name, shown)
+
+
+def nack_requeues(value: str | None) -> bool:
+    """Whether RabbitMQ's plugin requeues a NACK whose ``requeue`` header is ``value``
+    (``rabbit_stomp_frame:boolean_header/3``, default true): only ``false`` and ``False`` say
+    no, so a NACK with ``FALSE`` is requeued like one without the header."""
+    return value not in ("false", "False")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,12 @@ carrying the MQRC reason to report. No I/O and no clock: the caller passes ``now
 
 Checks, in this order (DESIGN.md, "Delivery delay contract"):
 
-1. every delay header present is a plain decimal integer, not negative, at most
-   ``max_delay_ms`` from now, and all of them agree   -> else MQRC_OPTIONS_ERROR (2046);
+1. every delay header present is a whole number (``policies.properties.whole_number``: an
+   integer, or one with a zero fraction), not negative, at most ``max_delay_ms`` from now,
+   and all of them agree                               -> else MQRC_OPTIONS_ERROR (2046);
 2. no delay (relative 0, or an absolute time not after now) -> ``None``; no other rule applies;
 3. ``JMSXGroupID`` set                                    -> MQRC_OPTIONS_ERROR;
-4. ``JMS_IBM_RETAIN`` = ``1``                             -> MQRC_OPTIONS_ERROR;
+4. ``JMS_IBM_RETAIN`` = 1 (or true: ``properties.flag``)  -> MQRC_OPTIONS_ERROR;
 5. destination matches a disabled pattern                 -> MQRC_OPTIONS_ERROR;
 6. TTL malformed, or a non-zero TTL expiring at or before the due time -> MQRC_EXPIRY_ERROR (2013)
    (IBM MQ refuses one shorter than the delay; one equal to it could never be delivered).
@@ -30,6 +31,7 @@ from typing import NamedTuple
 
 from policies.errors import ConfigError, Refused
 from policies.naming import BROKERS, check_pattern, compile_pattern, match_name, named
+from policies.properties import flag, whole_number
 from policies.reasons import MQRC_EXPIRY_ERROR, MQRC_OPTIONS_ERROR
 
 __all__ = [
@@ -129,11 +131,12 @@ def delay_of(
             f"delivery delay is not supported for messages in a group "
             f"({GROUP_HEADER}={_show(group)}, {header}={_show(value)})",
         )
-    if get(RETAIN_HEADER) == RETAIN_PUBLICATION:
+    retain = get(RETAIN_HEADER)
+    if retain is not None and flag(retain):
         raise Refused(
             MQRC_OPTIONS_ERROR,
             f"delivery delay is not supported for retained publications "
-            f"({RETAIN_HEADER}={_show(RETAIN_PUBLICATION)}, {header}={_show(value)})",
+            f"({RETAIN_HEADER}={_show(retain)}, {header}={_show(value)})",
         )
     canonical = named(destination, config.broker) if config.disabled_destinations else None
     for pattern in config.disabled_destinations:
@@ -214,9 +217,10 @@ def _requested_delay(
 
 def _delay_value(name: str, value: str, max_delay_ms: int | None) -> int:
     """Parse one delay header; refuse it when malformed, negative or too far ahead."""
-    number = _parse_int(value)
+    number = whole_number(value)
     if number is None:
-        raise Refused(MQRC_OPTIONS_ERROR, f"{name}={_show(value)} is not a decimal integer")
+        raise Refused(MQRC_OPTIONS_ERROR,
+                      f"{name}={_show(value)} is not a whole number of milliseconds")
     if number < 0:
         raise Refused(MQRC_OPTIONS_ERROR, f"{name}={_show(value)} is negative")
     if max_delay_ms is not None and number > max_delay_ms:
@@ -264,7 +268,9 @@ def _expiry(headers: Mapping[str, str], now_ms: int, delay_ms: int, due_ms: int)
 
 
 def _parse_int(value: str) -> int | None:
-    """A plain ASCII decimal integer (optional leading ``-``), else None; clamps huge values."""
+    """A time to live: a plain ASCII decimal integer (optional leading ``-``), else None;
+    clamps huge values. Stricter than a delay: the TTL headers are the brokers' own, and
+    RabbitMQ refuses an ``expiration`` with a fraction."""
     if len(value) <= _MAX_DIGITS and value.isdigit() and value.isascii():
         return int(value)  # (most values: no sign, and too short to clamp)
     if not _INTEGER.fullmatch(value):

@@ -32,6 +32,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from policies.properties import whole_number
 from policies.reasons import MQFB_EXPIRATION, Reason
 
 __all__ = [
@@ -132,15 +133,19 @@ NO_OPTIONS = ReportOptions()
 
 
 def _value(headers: Mapping[str, str], name: str) -> int:
-    """The property's MQRO value; 0 when absent or not a whole number (a report the message
-    cannot be understood to ask for is not sent: the message was accepted long ago)."""
+    """The property's MQRO value (``properties.whole_number``, or hexadecimal text); 0 when
+    absent or not a whole number (a report the message cannot be understood to ask for is not
+    sent: the message was accepted long ago)."""
     text = headers.get(name, "").strip()
     if not text:
         return MQRO_NONE
-    try:
-        return int(text, 0) if text.lower().startswith("0x") else int(text)
-    except ValueError:
-        return MQRO_NONE
+    if text[:2].lower() == "0x":
+        try:
+            return int(text, 16)
+        except ValueError:
+            return MQRO_NONE
+    number = whole_number(text)
+    return MQRO_NONE if number is None else number
 
 
 def _data(value: int, plain: int, with_data: int, full: int) -> Data | None:

@@ -14,6 +14,7 @@ from policies.redelivery.model import (
     Policy,
     Redeliver,
     decide,
+    preserves_undelivered,
 )
 
 __all__ = ["Row", "describe"]
@@ -76,7 +77,7 @@ def _action_text(policy: Policy, failures: int, source: str, headers: Mapping[st
             return f"redeliver after {low.delay_ms} ms"
         return f"redeliver after {low.delay_ms}-{high.delay_ms} ms (jitter)"
     text = _terminal_text(low)
-    if isinstance(low, Move | Delete) and PRESERVE_UNDELIVERED_HEADER not in headers:
+    if isinstance(low, Move | Delete) and not preserves_undelivered(headers):
         text += f" (the undelivered queue if the message sets {PRESERVE_UNDELIVERED_HEADER}=true)"
     return text
 

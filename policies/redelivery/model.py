@@ -24,7 +24,7 @@ The terminal rule, in every dialect
 -----------------------------------
 When a failure reaches the terminal step (the message "exceeded its redelivery limit"):
 
-1. a message whose ``JMS_TIBCO_PRESERVE_UNDELIVERED`` header is ``true`` (any case) goes to the
+1. a message whose ``JMS_TIBCO_PRESERVE_UNDELIVERED`` is set (true, 1, their text) goes to the
    bridge's undelivered queue (:class:`Undelivered`, TIBCO's ``$sys.undelivered``), whatever
    the policy names: the sender asked for it to be kept;
 2. otherwise the step's own rule: a move when the policy names a destination, else the
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from policies.backoff import backoff_ms
 from policies.errors import ConfigError
+from policies.properties import flag
 from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED, Reason
 from policies.redelivery.destinations import resolve_move
 
@@ -237,8 +238,9 @@ def bounded(
 
 
 def preserves_undelivered(headers: Mapping[str, str]) -> bool:
-    """Whether the message asked TIBCO-style to be kept when it cannot be delivered."""
-    return headers.get(PRESERVE_UNDELIVERED_HEADER, "").strip().lower() == "true"
+    """Whether the message asked TIBCO-style to be kept when it cannot be delivered (TIBCO's
+    property is a boolean: true, 1 or their text, ``policies.properties.flag``)."""
+    return flag(headers.get(PRESERVE_UNDELIVERED_HEADER))
 
 
 def decide(

@@ -129,7 +129,8 @@ def test_delay_header_names_for_stripping() -> None:
 @pytest.mark.parametrize("header", ["x-delay", "AMQ_SCHEDULED_DELAY", "JMSDeliveryTime"])
 def test_malformed_delay(header: str, value: str) -> None:
     error = refused({header: value})
-    assert_refused(error, MQRC_OPTIONS_ERROR, f"{header}={value!r}", "not a decimal integer")
+    assert_refused(error, MQRC_OPTIONS_ERROR, f"{header}={value!r}",
+                   "not a whole number of milliseconds")
 
 
 @pytest.mark.parametrize("header", ["x-delay", "AMQ_SCHEDULED_DELAY", "JMSDeliveryTime"])
@@ -243,7 +244,14 @@ def test_retained_publication_refused() -> None:
     )
 
 
-@pytest.mark.parametrize("value", ["0", "", "true", "01", "2"])
+@pytest.mark.parametrize("value", ["true", "TRUE", " 1 ", "01", "1.0"])
+def test_retain_read_by_its_meaning(value: str) -> None:
+    """1 in any form, or true (an AMQP boolean shows as "true"), is a retained publication."""
+    error = refused({"x-delay": "5000", "JMS_IBM_RETAIN": value}, "/topic/prices")
+    assert_refused(error, MQRC_OPTIONS_ERROR, f"JMS_IBM_RETAIN={value!r}")
+
+
+@pytest.mark.parametrize("value", ["0", "", "false", "2", "1.5", "yes"])
 def test_retain_other_than_one_is_not_retained(value: str) -> None:
     headers = {"x-delay": "5000", "JMS_IBM_RETAIN": value}
     assert delay_of(headers, "/topic/prices", NOW, CONFIG) is not None

@@ -51,8 +51,10 @@ def test_terminal_actions_carry_the_backout_reason() -> None:
 def test_a_message_that_asks_to_be_preserved_goes_to_the_undelivered_queue(text: str) -> None:
     policy = parse_jmsjca(text)
     assert decide(policy, 3, "/queue/a", PRESERVE, 0.5) == Undelivered()
-    upper = {PRESERVE_UNDELIVERED_HEADER: "TRUE"}
-    assert decide(policy, 3, "/queue/a", upper, 0.5) == Undelivered()
+    # TIBCO's property is a boolean: true or 1 in any form (an AMQP boolean shows as "true")
+    for value in ("TRUE", "True", " true ", "1", "01", "1.0"):
+        headers = {PRESERVE_UNDELIVERED_HEADER: value}
+        assert decide(policy, 3, "/queue/a", headers, 0.5) == Undelivered(), value
 
 
 def test_the_preserve_property_changes_nothing_before_the_limit() -> None:
@@ -61,8 +63,10 @@ def test_the_preserve_property_changes_nothing_before_the_limit() -> None:
 
 def test_without_the_property_the_policy_decides() -> None:
     policy = parse_jmsjca("2:move(queue:dlq)")
-    for headers in ({}, {PRESERVE_UNDELIVERED_HEADER: "false"}, {PRESERVE_UNDELIVERED_HEADER: "1"}):
-        assert decide(policy, 3, "/queue/a", headers, 0.5) == Move("/queue/dlq")
+    for value in ("false", "0", "", "2", "yes", "1.5"):
+        headers = {PRESERVE_UNDELIVERED_HEADER: value}
+        assert decide(policy, 3, "/queue/a", headers, 0.5) == Move("/queue/dlq"), value
+    assert decide(policy, 3, "/queue/a", {}, 0.5) == Move("/queue/dlq")
 
 
 def test_steps_must_increase_and_end_with_the_terminal_one() -> None:

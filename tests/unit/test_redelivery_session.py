@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import pytest
 
 from adapters import rabbitmq
+from adapters.rabbitmq_stomp import nack_requeues
 from bridge.frontends.stomp import HEARTBEAT, Frame, FrameParser, serialize
 from bridge.frontends.stomp.session import Output, Session, State
 from bridge.intercept.chain import Chain
@@ -22,11 +25,12 @@ TABLE = compile_table({
 
 
 def session(version: str = "1.2", ack: str = "client-individual",
-            sinks: Sequence[Sink] = (), count_first: Sequence[str] = ()) -> Session:
+            sinks: Sequence[Sink] = (), count_first: Sequence[str] = (),
+            requeues: Callable[[str | None], bool] | None = None) -> Session:
     icpt = RedeliveryInterceptor(table=TABLE, fmt=rabbitmq.FORMAT, layout=Layout(),
                                  clock=lambda: NOW, rand=lambda: 0.5, sinks=sinks,
                                  count_first=count_first)
-    s = Session(chain=Chain([icpt]))
+    s = Session(chain=Chain([icpt]), requeues=requeues)
     s.from_client(f"CONNECT\naccept-version:{version}\nhost:/\nlogin:u\npasscode:p\n\n\x00"
                   .encode())
     s.from_broker(f"CONNECTED\nversion:{version}\n\n\x00".encode())
@@ -350,3 +354,40 @@ def test_a_topic_or_exchange_subscriber_s_failure_is_left_to_the_broker() -> Non
         delivered(s, _via(subscription))
         (nack,) = frames(s.from_client(serialize("NACK", [("id", "a1")], b"")).to_broker)
         assert nack.command == "NACK", subscription
+
+
+@pytest.mark.parametrize("ack", ["client-individual", "client"])
+@pytest.mark.parametrize("value", ["false", "False"])
+def test_on_rabbitmq_a_nack_without_requeue_goes_up_as_sent(ack: str, value: str) -> None:
+    """RabbitMQ's plugin drops or dead-letters it by the queue's own settings, as it does an
+    AMQP Nack without requeue: no policy, no copy; and it settled what it covered."""
+    s = session(ack=ack, requeues=nack_requeues)
+    delivered(s, message(1))
+    delivered(s, message(2))
+    nack = serialize("NACK", [("id", "a2"), ("requeue", value), ("receipt", "r")], b"")
+    out = s.from_client(nack)
+    assert out.to_broker == [nack] and not out.hold
+    # It settled what it covered: a NACK of the first is a failure only if it was not covered
+    out = s.from_client(serialize("NACK", [("id", "a1")], b""))
+    assert [f.get("amqp-message-id") for f in frames(out.to_broker) if f.command == "SEND"] == (
+        [] if ack == "client" else ["M1"])
+
+
+@pytest.mark.parametrize(("requeues", "value"), [
+    (nack_requeues, "FALSE"),  # RabbitMQ's plugin requeues it: a failure
+    (nack_requeues, "true"),
+    (None, "false"),  # ActiveMQ: no such header, every NACK is a failure
+])
+def test_a_nack_the_broker_requeues_is_a_failure(
+    requeues: Callable[[str | None], bool] | None, value: str,
+) -> None:
+    s = session(requeues=requeues)
+    delivered(s, message(1))
+    out = s.from_client(serialize("NACK", [("id", "a1"), ("requeue", value)], b""))
+    (copy,) = frames(out.to_broker)
+    assert copy.command == "SEND" and copy.get(envelope.DELIVERY_COUNT) == "1"
+
+
+def test_the_plugins_reading_of_requeue() -> None:
+    assert [nack_requeues(v) for v in (None, "true", "True", "false", "False", "FALSE", "no")] == [
+        True, True, True, False, False, True, True]

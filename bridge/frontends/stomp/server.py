@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from adapters.rabbitmq_stomp import nack_requeues
 from bridge.frontends.budget import Budget
 from bridge.frontends.checks import CheckRunner, always_ready
 from bridge.frontends.peers import tls_subject
@@ -69,7 +70,8 @@ class ClientLink(asyncio.Protocol):
         self.id = next(_ids)
         self.address = "?"
         self.session = Session(chain=server.chain, stats=server.stats, limits=server.limits,
-                               broker_limits=_max(server.limits, Limits()))
+                               broker_limits=_max(server.limits, Limits()),
+                               requeues=nack_requeues if server.broker == "rabbitmq" else None)
         self.log = structlog.get_logger("stomp").bind(conn=self.id)
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None

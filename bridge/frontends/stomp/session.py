@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Callable
 
 from bridge.frontends.stats import RelayStats
 from bridge.frontends.stomp import (
@@ -193,7 +194,11 @@ class Session:
         stats: RelayStats | None = None,
         limits: Limits = DEFAULT_LIMITS,
         broker_limits: Limits | None = None,
+        requeues: Callable[[str | None], bool] | None = None,
     ) -> None:
+        """``requeues``: how the broker reads a NACK's ``requeue`` header (RabbitMQ's
+        ``adapters.rabbitmq_stomp.nack_requeues``); a NACK it does not requeue is the broker's
+        own (its dead-lettering) and goes up as sent. None: every NACK is a failure."""
         self._state = State.AWAIT_CONNECT
         self._client_moves = _CLIENT_MOVES[self._state]
         self._broker_moves = _BROKER_MOVES[self._state]
@@ -209,7 +214,7 @@ class Session:
         self.screen = Screen(self.chain.interest)
         self.principal = Principal()
         # Deliveries not yet settled, followed only when an interceptor asked for settlements.
-        self._consumers = Consumers() if self.chain.interest.settlements else None
+        self._consumers = Consumers(requeues) if self.chain.interest.settlements else None
         self.stats = stats or RelayStats()
         self._client = FrameParser(role="server", limits=limits)
         self._broker = FrameParser(role="client", limits=broker_limits or limits,

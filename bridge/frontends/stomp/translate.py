@@ -10,7 +10,7 @@ deliveries, and a lost connection can be offered as ``Settle`` views with what t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -146,7 +146,10 @@ class Consumers:
     can be put in place of a failed delivery), and what each open transaction settled, so
     that settlements can be offered as views."""
 
-    def __init__(self) -> None:
+    def __init__(self, requeues: Callable[[str | None], bool] | None = None) -> None:
+        # How the broker reads a NACK's ``requeue`` header (RabbitMQ's plugin); None: it has
+        # no such header (ActiveMQ), and every NACK is a failed delivery.
+        self.requeues = requeues
         self.modes: dict[str, str] = {}  # subscription id -> ack mode
         self.sources: dict[str, str] = {}  # subscription id -> its destination
         # ack id -> the delivery and its frame, in delivery order
@@ -225,6 +228,11 @@ class Consumers:
         if command == "ACK":
             self.forget(deliveries)
             return Settle(Settlement.ACK, deliveries, None, principal)
+        if self.requeues is not None and not self.requeues(frame.get("requeue")):
+            # Not requeued: the broker drops or dead-letters them by the queue's own settings,
+            # as for an AMQP Nack without requeue. It goes up as sent.
+            self.forget(deliveries)
+            return None
         return Settle(Settlement.NACK, deliveries, None, principal)
 
     def individual(self, frame: Frame, version: str | None) -> bool:
