@@ -9,6 +9,7 @@ from enum import Enum
 from adapters.base import Move
 from bridge.staging.envelope import Staged
 from bridge.staging.orders import Order
+from bridge.staging.outcomes import Outcome
 from policies.reasons import Reason
 
 
@@ -26,6 +27,8 @@ class WorkKind(Enum):
     KEEP = "keep"  # its dead-letter destination refused it: back on the staging queues
     CANCEL = "cancel"  # an operator's order: acknowledged, never delivered
     RELEASE_NOW = "release-now"  # an operator's order: delivered before its due time
+    RESCHEDULE = "reschedule"  # an operator's order: back on the staging queues, due anew
+    NOTED = "noted"  # a tool's note of what it did itself: acknowledged, its event recorded
 
 
 @dataclass(slots=True)
@@ -40,3 +43,4 @@ class Work:
     reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
     order: Order | None = None  # the operator's order this carries out, answered once done
     count: int = 1  # RETRY: the retry's number; KEEP: times kept
+    noted: Outcome | None = None  # NOTED: the event the tool's note tells of
