@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 
 from aiohttp import web
@@ -28,12 +28,15 @@ from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
 from bridge.app.probes import probe, probe_amqp
 from bridge.staging import tools
+from bridge.staging.envelope import Staged
+from bridge.staging.outcomes import Kind, Outcome, Sink
 from bridge.staging.levels import Layout
 from bridge.staging.stats import StagingStats
 from policies.endpoints import Endpoint
-from policies.errors import BridgeError, ConfigError
+from policies.errors import BridgeError, ConfigError, Refused
 from policies.redelivery import PolicyTable
-from policies.selector import ACTIVEMQ, RABBITMQ
+from policies.when import due_at, due_in
+from policies.selector import ACTIVEMQ, RABBITMQ, InvalidSelector, parse
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Open to anyone who can reach the port: what probes and Prometheus scrape.
@@ -44,6 +47,38 @@ NO_TOKEN = ("the staged-message and dead-letter endpoints need an admin token: s
             "with --admin-token-file FILE (or admin-token-file: in the config file, or "
             "JMS_BRIDGE_ADMIN_TOKEN_FILE), then send Authorization: Bearer <token>")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _yes(text: str | None) -> bool:
+    return (text or "").lower() in ("1", "true", "yes")
+
+
+def _selector(text: str | None, *, required: bool = False) -> str | None | web.Response:
+    """The ``selector`` parameter, checked; a 400 naming the problem when it is bad."""
+    if text is None or not text.strip():
+        if required:
+            return web.json_response({"error": "selector is required"}, status=400)
+        return None
+    try:
+        parse(text)
+    except InvalidSelector as error:
+        return web.json_response({"error": f"selector: {error}"}, status=400)
+    return text
+
+
+def _due(request: web.Request) -> int | web.Response:
+    """The new due time ``in=DURATION`` or ``at=TIME`` asks for; a 400 naming the problem."""
+    given = {k: request.query[k] for k in ("in", "at") if request.query.get(k)}
+    if len(given) != 1:
+        return web.json_response({"error": "give one of in=DURATION (90s, 10m, 2h, 1d) or "
+                                           "at=TIME (ISO 8601 or epoch ms)"}, status=400)
+    now = time.time_ns() // 1_000_000
+    try:
+        if "in" in given:
+            return due_in(given["in"], now)
+        return due_at(given["at"], now)
+    except ConfigError as error:
+        return web.json_response({"error": str(error).replace("--", "", 1)}, status=400)
 
 
 def _unauthorized(why: str, challenge: str) -> web.Response:
@@ -67,6 +102,7 @@ class Admin:
         queue_tools: Callable[[], QueueTools] | None = None,
         upstream_amqp: Endpoint | None = None,
         upstream_amqp_ssl: ssl.SSLContext | None = None,
+        recorders: Sequence[Sink] = (),
     ) -> None:
         self.metrics = metrics
         self.upstream_amqp = upstream_amqp  # checked by /readyz when the AMQP listener is on
@@ -78,6 +114,9 @@ class Admin:
         self.staging_stats = staging_stats
         self.redelivery = redelivery if redelivery is not None else PolicyTable()
         self.tokens = tokens
+        # Where this process records what its staged endpoints did themselves while no staging
+        # engine ran (the journal, the staged catalogue); a running engine records it otherwise.
+        self.recorders = tuple(recorders)
         # Why the bridge is not ready yet (the broker not yet set up), None once it is.
         self.readiness = readiness or (lambda: None)
         self.started = time.time()
@@ -91,6 +130,10 @@ class Admin:
                 web.get("/policy", self.policy),
                 web.post("/staged/{message_id}/cancel", self.staged_cancel),
                 web.post("/staged/{message_id}/release", self.staged_release),
+                web.post("/staged/{message_id}/reschedule", self.staged_reschedule),
+                web.post("/staged/cancel", self.staged_cancel_selected),
+                web.post("/staged/release", self.staged_release_selected),
+                web.post("/staged/reschedule", self.staged_reschedule_selected),
             ]
         )
         dlq_admin.install(self.app, queue_tools,
@@ -178,14 +221,91 @@ class Admin:
             return web.json_response({"error": str(exc)}, status=503)
 
     async def staged_list(self, request: web.Request) -> web.Response:
+        """``GET /staged[?target=D][&message_id=ID][&selector=EXPR][&scan=1][&count=1]``:
+        the rows ``jms-bridge staged list`` prints (with ``count``, how many)."""
         target = request.query.get("target")
         message_id = request.query.get("message_id")
-        scan = request.query.get("scan", "").lower() in ("1", "true", "yes")
+        scan = _yes(request.query.get("scan"))
+        selector = _selector(request.query.get("selector"))
+        if isinstance(selector, web.Response):
+            return selector
 
         def work(broker: StagingBroker) -> web.Response:
-            found = tools.rows(broker, self.layout, target=target, message_id=message_id,
-                               scan=scan)
+            found = list(tools.rows(broker, self.layout, target=target, message_id=message_id,
+                                    scan=scan, selector=selector))
+            if _yes(request.query.get("count")):
+                return web.json_response({"count": len(found)})
             return web.json_response([{**asdict(r), "due": r.due} for r in found])
+
+        return await self._with_broker(work)
+
+    async def staged_cancel_selected(self, request: web.Request) -> web.Response:
+        """``POST /staged/cancel?selector=EXPR``: cancel every staged message it selects."""
+        return await self._selected(request, "cancel")
+
+    async def staged_release_selected(self, request: web.Request) -> web.Response:
+        """``POST /staged/release?selector=EXPR``: release every staged message it selects."""
+        return await self._selected(request, "release")
+
+    async def staged_reschedule_selected(self, request: web.Request) -> web.Response:
+        """``POST /staged/reschedule?selector=EXPR&in=DURATION`` (or ``&at=TIME``): move the
+        due time of every staged message it selects."""
+        return await self._selected(request, "reschedule")
+
+    async def staged_reschedule(self, request: web.Request) -> web.Response:
+        """``POST /staged/{id}/reschedule?in=DURATION`` (or ``?at=TIME``)."""
+        message_id = request.match_info["message_id"]
+        due_ms = _due(request)
+        if isinstance(due_ms, web.Response):
+            return due_ms
+
+        def work(broker: StagingBroker) -> web.Response:
+            try:
+                outcome = tools.reschedule(broker, self.layout, message_id, due_ms)
+            except tools.Busy as busy:
+                return web.json_response({"error": str(busy)}, status=409)
+            except Refused as refused:
+                return web.json_response({"error": str(refused)}, status=409)
+            return self._outcome(message_id, outcome)
+
+        return await self._with_broker(work)
+
+    async def _selected(self, request: web.Request, action: str) -> web.Response:
+        selector = _selector(request.query.get("selector"), required=True)
+        if isinstance(selector, web.Response):
+            return selector
+        scan = _yes(request.query.get("scan"))
+        due_ms = _due(request) if action == "reschedule" else 0
+        if isinstance(due_ms, web.Response):
+            return due_ms
+
+        def work(broker: StagingBroker) -> web.Response:
+            found = list(tools.rows(broker, self.layout, selector=selector, scan=scan))
+            done: list[str] = []
+            failed: dict[str, str] = {}
+            for row in found:
+                try:
+                    if action == "cancel":
+                        outcome = tools.cancel(broker, self.layout, row.message_id, scan=scan)
+                    elif action == "release":
+                        outcome = tools.release_now(broker, self.layout, row.message_id)
+                    else:
+                        outcome = tools.reschedule(broker, self.layout, row.message_id, due_ms)
+                except (tools.Busy, Refused) as error:
+                    failed[row.message_id] = str(error)
+                    continue
+                if outcome is None:
+                    failed[row.message_id] = tools.NOT_FOUND.format(row.message_id)
+                    continue
+                self._count(outcome)
+                if outcome.as_asked:
+                    done.append(row.message_id)
+                else:
+                    failed[row.message_id] = outcome.describe(row.message_id)
+            verb = {"cancel": "cancelled", "release": "released",
+                    "reschedule": "rescheduled"}[action]
+            return web.json_response({"selected": len(found), verb: done, "failed": failed},
+                                     status=200 if not failed else 409)
 
         return await self._with_broker(work)
 
@@ -219,17 +339,41 @@ class Admin:
         Counted here when this process did it; an engine counts what it does."""
         if outcome is None:
             return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
-        stats = self.staging_stats
-        if stats is not None and not outcome.by_engine:
-            if outcome.done == "cancelled":
-                stats.tools_cancelled += 1
-            else:
-                stats.tools_released += 1
+        self._count(outcome)
         if not outcome.as_asked:
             return web.json_response({"error": outcome.describe(message_id)}, status=409)
-        if outcome.due_ms is not None:  # a staged cancel: dropped when it comes due
+        if outcome.due_ms is not None:  # a staged cancel (dropped then), or a reschedule
             return web.json_response({outcome.done: message_id, "due_ms": outcome.due_ms})
         return web.json_response({outcome.done: message_id})
+
+    def _count(self, outcome: tools.Outcome) -> None:
+        """What this process did itself, counted and recorded here unless a running engine
+        took the note of it (it counts and records it then: once either way)."""
+        if outcome.by_engine or outcome.noted:
+            return
+        stats = self.staging_stats
+        if stats is not None:
+            if outcome.done == "cancelled":
+                stats.tools_cancelled += 1
+            elif outcome.done == "released":
+                stats.tools_released += 1
+        if self.recorders and outcome.staged is not None:
+            kind = {"cancelled": Kind.CANCELLED, "released": Kind.RELEASED_NOW,
+                    "rescheduled": Kind.RESCHEDULED}.get(outcome.done)
+            try:
+                info = Staged.of(outcome.staged.headers)
+            except (KeyError, ValueError):
+                return
+            if kind is None:
+                return
+            due = outcome.due_ms if kind is Kind.RESCHEDULED else info.due_ms
+            recorded = Outcome(
+                kind, time.time_ns() // 1_000_000, info.message_id, info.target, due,
+                info.expires_ms, size=len(outcome.staged.body),
+                detail=f"was due at {info.due_ms}" if kind is Kind.RESCHEDULED else "",
+                headers=outcome.staged.headers if kind is Kind.RESCHEDULED else None)
+            for sink in self.recorders:
+                sink([recorded])
 
     async def start(self, where: Endpoint) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)

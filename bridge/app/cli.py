@@ -13,14 +13,19 @@ import io
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from bridge import __version__
 from bridge.app import dlq, logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
 from bridge.pipeline.options import add_arguments as add_report_arguments
 from bridge.pipeline.options import add_replay_arguments
-from policies.errors import BridgeError, BrokerUnavailable, ConfigError
+from policies.errors import BridgeError, BrokerUnavailable, ConfigError, Refused
+
+if TYPE_CHECKING:
+    from adapters.base import StagingBroker
+    from bridge.staging.levels import Layout
+    from bridge.staging.tools import Outcome
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -132,15 +137,26 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="JSON instead of a table")
     for p in (listing, counting):
         _scan_flag(p)
-    for name, what in (("cancel", "never deliver it"), ("release", "deliver it now")):
-        p = actions.add_parser(name, help=f"find a staged message by its original id and {what}")
+        _selector_flag(p)
+    for name, what in (("cancel", "never deliver it"), ("release", "deliver it now"),
+                       ("reschedule", "move its due time (--in or --at)")):
+        p = actions.add_parser(
+            name, help=f"find a staged message by its original id (or --selector) and {what}")
         _connection_flags(p)
-        p.add_argument("message_id", metavar="ID")
+        p.add_argument("message_id", metavar="ID", nargs="?")
+        _selector_flag(p)
         if name == "cancel":
             _scan_flag(p)
+        if name == "reschedule":
+            when = p.add_mutually_exclusive_group(required=True)
+            when.add_argument("--in", dest="due_in", metavar="DURATION",
+                              help="due this long from now: 90s, 10m, 2h, 1d")
+            when.add_argument("--at", dest="due_at", metavar="TIME",
+                              help="due then: ISO 8601 (UTC unless it says) or epoch ms")
         p.add_argument("--journal", metavar="DIR",
-                       help="journal what this tool does itself here (the bridge's journal "
-                            "folder; an engine that holds the message journals it there)")
+                       help="journal what this tool does itself here when no staging engine "
+                            "runs (the bridge's journal folder); a running engine journals "
+                            "it otherwise")
     policy = commands.add_parser("policy", help="which redelivery policy applies, and what it does")
     policy_actions = policy.add_subparsers(dest="action", required=True, parser_class=_Parser)
     show = policy_actions.add_parser(
@@ -162,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_flags(replay)
     add_replay_arguments(replay)
     return parser
+
+
+def _selector_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--selector", metavar="EXPR",
+                        help="only the messages this JMS selector selects, over their own "
+                             "headers and properties: \"orderId = 42 AND region = 'EU'\"")
 
 
 def _scan_flag(parser: argparse.ArgumentParser) -> None:
@@ -196,14 +218,14 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     layout = layout_for(broker.format, settings.staging_prefix)
     broker.connect()
     try:
-        if ns.action == "count" and ns.target is None:
+        if ns.action == "count" and ns.target is None and ns.selector is None:
             print(tools.count(broker, layout))
             return 0
         if ns.action in ("list", "count"):
             unseen: dict[str, tuple[int, int]] = {}
             found = list(tools.rows(broker, layout, target=ns.target,
                                     message_id=getattr(ns, "message_id", None), unseen=unseen,
-                                    scan=ns.scan))
+                                    scan=ns.scan, selector=ns.selector))
             if unseen:
                 print(tools.unseen_warning(unseen), file=sys.stderr)
             if ns.action == "count":
@@ -211,10 +233,13 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
             else:
                 print(tools.render(found, as_json=ns.json))
             return 0
-        if ns.action == "cancel":
-            outcome = tools.cancel(broker, layout, ns.message_id, scan=ns.scan)
-        else:
-            outcome = tools.release_now(broker, layout, ns.message_id)
+        if ns.selector is not None:
+            return _staged_selected(ns, settings, broker, layout)
+        try:
+            outcome = _act(ns, broker, layout, ns.message_id)
+        except tools.Busy as busy:
+            print(f"jms-bridge: {busy}", file=sys.stderr)
+            return EXIT_FAILURE
         if outcome is None:
             print(tools.NOT_FOUND.format(ns.message_id))
             if broker.sees_held:  # ActiveMQ: were there messages it would not show?
@@ -224,16 +249,92 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
                 if unseen:
                     print(tools.unseen_warning(unseen), file=sys.stderr)
             return EXIT_NOT_FOUND
-        if outcome.staged is not None:
-            from bridge.app.journal import journal_tool
-            from bridge.staging.outcomes import Kind
-
-            kind = Kind.CANCELLED if ns.action == "cancel" else Kind.RELEASED_NOW
-            journal_tool(settings, kind, outcome.staged)
+        _journal_outcome(ns, settings, outcome)
         print(outcome.describe(ns.message_id))
         return 0 if outcome.as_asked else EXIT_FAILURE
     finally:
         broker.close()
+
+
+def _check_staged(ns: argparse.Namespace) -> None:
+    """Usage a parser cannot say: an id or a selector, and a selector that parses."""
+    if ns.action == "reschedule":
+        import time
+
+        from policies.when import due_at, due_in
+
+        now = time.time_ns() // 1_000_000
+        ns.due_ms = due_in(ns.due_in, now) if ns.due_in is not None else due_at(ns.due_at, now)
+    if ns.action in ("cancel", "release", "reschedule"):
+        if (ns.message_id is None) == (ns.selector is None):
+            raise ConfigError(f"staged {ns.action}: give a message ID or --selector (one of them)")
+    if getattr(ns, "selector", None) is not None:
+        from policies.selector import parse
+
+        if not ns.selector.strip():
+            raise ConfigError("--selector: an empty selector (to act on every message, list "
+                              "them first)")
+        parse(ns.selector)  # InvalidSelector (a ConfigError) naming the column
+
+
+def _staged_selected(ns: argparse.Namespace, settings: Settings, broker: StagingBroker,
+                     layout: Layout) -> int:
+    """``staged cancel|release --selector``: each staged message it selects, and how many."""
+    from bridge.staging import tools
+
+    found = list(tools.rows(broker, layout, selector=ns.selector,
+                            scan=getattr(ns, "scan", False)))
+    done = failed = 0
+    for row in found:
+        try:
+            outcome = _act(ns, broker, layout, row.message_id)
+        except (tools.Busy, Refused) as error:  # the others are still worth doing
+            print(f"jms-bridge: {error}", file=sys.stderr)
+            failed += 1
+            continue
+        if outcome is None:  # released or cancelled meanwhile
+            print(tools.NOT_FOUND.format(row.message_id))
+            failed += 1
+            continue
+        _journal_outcome(ns, settings, outcome)
+        print(outcome.describe(row.message_id))
+        if outcome.as_asked:
+            done += 1
+        else:
+            failed += 1
+    verb = {"cancel": "cancelled", "release": "released", "reschedule": "rescheduled"}[ns.action]
+    print(f"{verb} {done} of the {len(found)} staged message(s) the selector selects")
+    return 0 if failed == 0 else EXIT_FAILURE
+
+
+def _act(ns: argparse.Namespace, broker: StagingBroker, layout: Layout,
+         message_id: str) -> Outcome | None:
+    from bridge.staging import tools
+
+    if ns.action == "cancel":
+        return tools.cancel(broker, layout, message_id, scan=ns.scan)
+    if ns.action == "release":
+        return tools.release_now(broker, layout, message_id)
+    return tools.reschedule(broker, layout, message_id, ns.due_ms)
+
+
+def _journal_outcome(ns: argparse.Namespace, settings: Settings, outcome: Outcome) -> None:
+    """The event of what the tool did itself: a running engine took its note and journals it;
+    else this tool journals it where --journal says, or says that nobody did."""
+    if outcome.staged is None or outcome.noted:
+        return
+    from bridge.app.journal import journal_tool
+    from bridge.staging.outcomes import Kind
+
+    kind = {"cancel": Kind.CANCELLED, "release": Kind.RELEASED_NOW,
+            "reschedule": Kind.RESCHEDULED}[ns.action]
+    if settings.journal is None:
+        print("journal: no staging engine is running to journal this; not journaled (give "
+              "--journal DIR to journal it from this tool)", file=sys.stderr)
+        return
+    journal_tool(settings, kind, outcome.staged, due_ms=outcome.due_ms)
+    print(f"journal: journaled by this tool in {settings.journal} (no staging engine is "
+          "running)", file=sys.stderr)
 
 
 def _report(ns: argparse.Namespace) -> int:
@@ -267,7 +368,7 @@ def _replay(ns: argparse.Namespace, settings: Settings) -> int:
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     skip = {"command", "config", "action", "target", "message_id", "json", "scan", "destination",
             "user",
-            "upto", "archive", "rate", "ledger", "partitions", "out", "master", *dlq.OWN_KEYS}
+            "upto", "due_in", "due_at", "archive", "rate", "ledger", "partitions", "out", "master", *dlq.OWN_KEYS}
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 
 
@@ -308,6 +409,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return dlq.run(ns, settings)
         if ns.command == "replay":
             return _replay(ns, settings)
+        _check_staged(ns)
         return _staged(ns, settings)
     except BrokerUnavailable as exc:
         print(f"jms-bridge: {exc.with_reason()}", file=sys.stderr)

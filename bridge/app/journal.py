@@ -353,9 +353,11 @@ class Journal:
         self.writer.close()
 
 
-def journal_tool(settings: Settings, kind: Kind, staged: Message) -> None:
-    """The event of a staged message an operator's tool cancelled or released itself (one the
-    engine held is journaled by the engine), in the tool's own journal file."""
+def journal_tool(settings: Settings, kind: Kind, staged: Message, *,
+                 due_ms: int | None = None) -> None:
+    """The event of a staged message an operator's tool cancelled, released or rescheduled
+    (to ``due_ms``) itself while no staging engine ran (otherwise an engine journals it: the
+    one that held it, or the one that took the tool's note), in the tool's own journal file."""
     if settings.journal is None:
         return
     try:
@@ -366,7 +368,9 @@ def journal_tool(settings: Settings, kind: Kind, staged: Message) -> None:
     writer = JournalWriter(JournalSpec(settings.journal, instance_id(), settings.broker),
                            "tool").start()
     try:
-        JournalSink(writer)([Outcome(kind, now, info.message_id, info.target, info.due_ms,
-                                     info.expires_ms, size=len(staged.body))])
+        detail = f"was due at {info.due_ms}" if due_ms is not None else ""
+        JournalSink(writer)([Outcome(kind, now, info.message_id, info.target,
+                                     due_ms if due_ms is not None else info.due_ms,
+                                     info.expires_ms, size=len(staged.body), detail=detail)])
     finally:
         writer.close()

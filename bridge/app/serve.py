@@ -276,6 +276,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
         queue_tools=lambda: dlq.queue_tools(settings),
         upstream_amqp=upstream_amqp,
         upstream_amqp_ssl=amqp_ssl,
+        recorders=recorders,
     )
     await _listen("--stomp-listen", settings.stomp_listen, stomp.listen(settings.stomp_listen))
     await _listen("--admin-listen", settings.admin_listen, admin.start(settings.admin_listen))

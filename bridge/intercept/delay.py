@@ -134,7 +134,7 @@ class DelayInterceptor(Interceptor):
                     break
             self._tell(Outcome(Kind.STAGED, now, original_id, destination,
                                delayed.due_ms, delayed.expires_ms, queue=queue,
-                               size=send.body_size))
+                               size=send.body_size, headers=staged))
         return Rewrite(staging, staged)
 
     def _verdict(self, send: Send) -> PutCheck | Hold:

@@ -163,7 +163,7 @@ class RedeliveryInterceptor(Interceptor):
         if isinstance(action, Redeliver):
             outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, queue,
                                     now + action.delay_ms, detail=policy_text,
-                                    count=failures, size=d.body_size))
+                                    count=failures, size=d.body_size, headers=headers))
             if action.delay_ms <= 0:
                 if settle.outcome is Settlement.LOST:
                     # The consumer is leaving: left unsettled, the broker requeues it when the

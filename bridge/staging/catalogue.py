@@ -29,15 +29,17 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, MutableSequence, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 import structlog
 
 from bridge.staging.outcomes import CountedWriter, Kind, Outcome
+from bridge.staging.selection import narrowing, picks_json, props_json
 from policies.errors import ConfigError
+from policies.selector import Selector
 
 MAX_PENDING = 200_000  # rows waiting for the writer (about 30 MB); more are dropped
 PURGE_EVERY_S = 600.0  # a scan of every row (107 ms at 3,000,000, in-process)
@@ -65,7 +67,8 @@ CREATE TABLE IF NOT EXISTS staged (
     message_id TEXT NOT NULL UNIQUE,
     target INTEGER NOT NULL,
     due_ms INTEGER NOT NULL,
-    size INTEGER NOT NULL
+    size INTEGER NOT NULL,
+    props TEXT
 );
 CREATE INDEX IF NOT EXISTS staged_by_target ON staged (target);
 CREATE TABLE IF NOT EXISTS orders (
@@ -82,6 +85,10 @@ class Entry:
     target: str
     due_ms: int
     size: int
+    # The staged copy's headers, as the outcome brought them (the writer keeps the message's
+    # own headers, for selectors); not read back.
+    headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = field(
+        default=None, compare=False, repr=False)
 
 
 def open_file(path: str) -> sqlite3.Connection:
@@ -96,6 +103,9 @@ def open_file(path: str) -> sqlite3.Connection:
         db.execute("PRAGMA cache_size=-4096")  # 4 MiB: the file is read by its indexes
         db.execute("PRAGMA journal_size_limit=16777216")  # the WAL, once checkpointed
         db.executescript(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(staged)")}
+        if "props" not in columns:  # a file made before rows kept their headers
+            db.execute("ALTER TABLE staged ADD COLUMN props TEXT")
     except (OSError, sqlite3.Error) as error:
         raise ConfigError(f"staged-catalogue {path}: SQLite cannot use it: {error}") from None
     return db
@@ -135,12 +145,22 @@ class Catalogue:
 
     def entries(
         self, *, now_ms: int, target: str | None = None, message_id: str | None = None,
-        limit: int = MAX_ROWS,
+        limit: int = MAX_ROWS, selector: Selector | None = None,
     ) -> list[Entry]:
-        """The catalogued messages not yet due, soonest first."""
+        """The catalogued messages not yet due that ``selector`` selects, soonest first.
+        SQLite checks what it can of the selector (``selection.narrowing``); the selector
+        itself runs on the rows that pass."""
         sql = ("SELECT s.message_id, t.name, s.due_ms, s.size FROM staged s "
                "JOIN targets t ON t.id = s.target WHERE s.due_ms > ?")
         args: list[object] = [now_ms]
+        if selector is not None:
+            narrow = narrowing(selector, "s.props")
+            if narrow is not None:
+                sql += f" AND ({narrow[0]})"
+                args += narrow[1]
+            self._db.create_function("jbt_selected", 1,
+                                     lambda props: picks_json(selector, props))
+            sql += " AND jbt_selected(s.props)"
         if message_id is not None:
             sql += " AND s.message_id = ?"
             args.append(message_id)
@@ -168,11 +188,12 @@ def changes(outcomes: Iterable[Outcome]) -> tuple[list[Entry], list[str]]:
         if o.message_id is None:
             continue
         kind = o.kind
-        if kind is Kind.STAGED or (
+        if kind is Kind.STAGED or kind is Kind.RESCHEDULED or (
             kind is Kind.REDELIVERED and o.due_ms is not None and o.due_ms > o.at_ms
         ):
             if o.target is not None and o.due_ms is not None:
-                adds.append(Entry(o.message_id, o.target, o.due_ms, o.size or 0))
+                adds.append(Entry(o.message_id, o.target, o.due_ms, o.size or 0,
+                                  o.headers))
         elif kind in _GONE:
             gone.append(o.message_id)
     return adds, gone
@@ -258,9 +279,10 @@ class CatalogueWriter(CountedWriter):
             db.execute("BEGIN")
             if adds:
                 db.executemany(
-                    "INSERT OR REPLACE INTO staged (message_id, target, due_ms, size) "
-                    "VALUES (?, ?, ?, ?)",
-                    [(e.message_id, self._target(e.target), e.due_ms, e.size) for e in adds])
+                    "INSERT OR REPLACE INTO staged (message_id, target, due_ms, size, props) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(e.message_id, self._target(e.target), e.due_ms, e.size, _props(e))
+                     for e in adds])
             if gone:
                 db.executemany("DELETE FROM staged WHERE message_id = ?", [(m,) for m in gone])
             if orders:
@@ -294,6 +316,20 @@ class CatalogueWriter(CountedWriter):
         with contextlib.suppress(sqlite3.Error):
             self._db.execute("DELETE FROM staged WHERE due_ms < ?", (now_ms - PURGE_AFTER_MS,))
             self._db.execute("DELETE FROM orders WHERE until_ms < ?", (now_ms,))
+
+
+def _props(entry: Entry) -> str | None:
+    """The JSON the catalogue keeps of a message's own headers (on the writer's thread: the
+    sink only passes the outcome's headers on)."""
+    headers = entry.headers
+    if headers is None:
+        return None
+    if not isinstance(headers, dict):
+        first: dict[str, str] = {}
+        for name, value in (headers.items() if isinstance(headers, Mapping) else headers):
+            first.setdefault(name, value)  # the first of a repeated header counts
+        headers = first
+    return props_json(headers)
 
 
 class CatalogueSink:

@@ -55,7 +55,7 @@ from bridge.staging.envelope import (
 )
 from bridge.staging.failures import FailurePath, FailureSettings
 from bridge.staging.levels import MIN_LEVEL, Layout
-from bridge.staging.orders import Orders
+from bridge.staging.orders import NOTE, Orders
 from bridge.staging.outcomes import LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
@@ -521,7 +521,7 @@ class Engine(Settling, OperatorOrders):
             staged = Staged.of(held.message.headers)
         except (KeyError, ValueError) as error:
             return self._invalid(held, error)
-        if self._orders and (order := self._orders.get(staged.message_id, now_ms)) is not None:
+        if self._orders and (order := self._order_for(held, staged.message_id, now_ms)):
             return self._carry_out(order, held, staged, now_ms)
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
             return Work(WorkKind.EXPIRE, Move(held), staged)
@@ -560,13 +560,16 @@ class Engine(Settling, OperatorOrders):
             if held.queue == self._expiries:
                 self._pending.append(self._broker_expired(held, now_ms))
                 continue
+            if NOTE in held.message.headers:
+                self._pending.append(self._noted(held, now_ms))
+                continue
             buffer = self._buffers.get(held.queue)
             try:
                 staged = Staged.of(held.message.headers)
             except (KeyError, ValueError) as error:
                 self._pending.append(self._invalid(held, error))
                 continue
-            if orders and (order := orders.get(staged.message_id, now_ms)) is not None:
+            if orders and (order := self._order_for(held, staged.message_id, now_ms)):
                 self._pending.append(self._carry_out(order, held, staged, now_ms))
                 continue
             if buffer is not None:

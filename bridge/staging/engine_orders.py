@@ -6,7 +6,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import heapq
+import json
 import sqlite3
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -16,9 +18,24 @@ from structlog.typing import FilteringBoundLogger
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge.staging.catalogue import Catalogue
 from bridge.staging.engine_work import Work, WorkKind
-from bridge.staging.envelope import MESSAGE_ID, Staged
-from bridge.staging.orders import Action, Order, Orders, destination
-from policies.errors import PutRefused
+from bridge.staging.envelope import DUE, MESSAGE_ID, RETRY_AT, Staged, hop_headers
+from bridge.staging.levels import Layout
+from bridge.staging.orders import (
+    EXPIRY_ERROR,
+    NOTE,
+    NOTE_DETAIL,
+    NOTE_DUE,
+    NOTE_EXPIRES,
+    NOTE_TARGET,
+    RESCHEDULED_BY,
+    Action,
+    Order,
+    Orders,
+    destination,
+)
+from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.selection import compile_for, picks
+from policies.errors import InvalidSelector, PutRefused
 
 
 class OperatorOrders:
@@ -26,6 +43,8 @@ class OperatorOrders:
 
     log: FilteringBoundLogger
     broker: StagingBroker
+    layout: Layout
+    _ready_dest: str
     _orders: Orders
     _answers: list[tuple[str, Message]]
     _pending: list[Work]
@@ -52,19 +71,37 @@ class OperatorOrders:
         if order.action is Action.LIST:
             if not order.reply_topic:
                 return
+            selector = None
+            if order.selector:
+                try:
+                    selector = compile_for(order.selector, self.broker.format.broker)
+                except InvalidSelector as error:  # the tool checked it: not from our tools
+                    self.log.warning("ignored a list order", error=str(error))
+                    return
+            picked = None if selector is None else functools.partial(picks, selector)
             if not (order.catalogue and catalogue is not None):
-                self._answers.append((order.reply_topic, order.listing(self._held())))
+                self._answers.append((order.reply_topic,
+                                      order.listing(self._held(), picks=picked)))
                 return
-            rows, reply = order.held_rows(self._held()), order.reply_topic
+            rows, reply = order.held_rows(self._held(), picked), order.reply_topic
 
             def answer(catalogue: Catalogue = catalogue) -> Message:  # on its reader thread
                 return order.answer_rows(rows, catalogue.entries(
-                    now_ms=now_ms, target=order.target, message_id=order.message_id or None))
+                    now_ms=now_ms, target=order.target, message_id=order.message_id or None,
+                    selector=selector))
 
             self._listings.append((reply, catalogue.later(answer)))
             return
+        if order.action is Action.RESCHEDULE:
+            if any(self._too_late(order, h) for h in self._held()
+                   if h.message.headers.get(MESSAGE_ID) == order.message_id):
+                if order.reply_topic:
+                    self._answers.append((order.reply_topic, order.answer(EXPIRY_ERROR)))
+                return
         self._orders.add(order, now_ms)
-        if catalogue is not None:
+        if catalogue is not None and order.action is not Action.RESCHEDULE:
+            # (A reschedule's new row comes with its outcome; it is not kept past a restart:
+            # the copy it made says which order made it.)
             catalogue.forget([order.message_id])
             catalogue.remember(order.message_id, order.action.value, now_ms + self._orders.keep_ms)
         found = self._unhold(order.message_id)
@@ -76,6 +113,45 @@ class OperatorOrders:
         # subscription, where no one else can take it, long before the engine looks at it.
         for queue in self._peeked:
             self._next_look.pop(queue, None)
+
+    def _order_for(self, held: Held, message_id: str, now_ms: int) -> Order | None:
+        """The standing order to carry out on this copy of ``message_id``: not a reschedule
+        on the copy it made, nor one its time to live would end before."""
+        order = self._orders.get(message_id, now_ms)
+        if order is None or order.action is not Action.RESCHEDULE:
+            return order
+        if (order.due_ms is None or held.message.headers.get(RESCHEDULED_BY) == order.order_id
+                or self._too_late(order, held)):
+            return None
+        return order
+
+    @staticmethod
+    def _too_late(order: Order, held: Held) -> bool:
+        """A reschedule past the message's expiry (IBM MQ's rule: MQRC_EXPIRY_ERROR)."""
+        try:
+            expires = Staged.of(held.message.headers).expires_ms
+        except (KeyError, ValueError):
+            return False
+        return expires is not None and order.due_ms is not None and order.due_ms >= expires
+
+    def _noted(self, held: Held, now_ms: int) -> Work:
+        """A tool's note of what it did itself: acknowledged, its event recorded here."""
+        headers = held.message.headers
+        try:
+            kind = Kind(headers[NOTE])
+            fields = json.loads(held.message.body or b"{}")
+            copy = fields.get("headers") if isinstance(fields, dict) else None
+            expires = headers.get(NOTE_EXPIRES)
+            outcome = Outcome(
+                kind, now_ms, headers[MESSAGE_ID], headers[NOTE_TARGET], int(headers[NOTE_DUE]),
+                int(expires) if expires else None, detail=headers.get(NOTE_DETAIL, ""),
+                size=int(fields.get("size", 0)) if isinstance(fields, dict) else None,
+                headers={str(k): str(v) for k, v in copy.items()}
+                if isinstance(copy, dict) else None)
+        except (KeyError, ValueError, TypeError) as error:
+            self.log.warning("ignored a bad note from a tool", error=str(error))
+            return Work(WorkKind.NOTED, Move(held))
+        return Work(WorkKind.NOTED, Move(held), noted=outcome)
 
     def _restore_orders(self, now_ms: int) -> None:
         """The orders the catalogue kept, remembered again (after a restart: a staged cancel
@@ -126,6 +202,19 @@ class OperatorOrders:
         """The move that does what ``order`` says with one held copy of its message."""
         if order.action is Action.CANCEL:
             return Work(WorkKind.CANCEL, Move(held), staged, order=order)
+        if order.action is Action.RESCHEDULE and order.due_ms is not None:
+            due = order.due_ms
+            headers = hop_headers(held.message.headers, now_ms=now_ms)
+            headers[DUE] = str(due)
+            headers.pop(RETRY_AT, None)
+            headers[RESCHEDULED_BY] = order.order_id
+            queue = self.layout.queue_for(due - now_ms)
+            dest = (self._ready_dest if queue == self.layout.ready
+                    else self.broker.format.client_destination(queue))
+            moved = Staged(staged.target, due, staged.sent_ms, now_ms, staged.expires_ms,
+                           staged.message_id)
+            return Work(WorkKind.RESCHEDULE, Move(held, dest, Message(headers, held.message.body)),
+                        moved, queue=queue, order=order, error=f"was due at {staged.due_ms}")
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
             return Work(WorkKind.EXPIRE, Move(held), staged, order=order)
         work = self._released(held, staged, now_ms)

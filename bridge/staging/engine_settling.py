@@ -47,14 +47,18 @@ KEEP_MAX_MS = 60_000
 
 # What an operator's order did, as its answer says.
 _DONE = {WorkKind.CANCEL: "cancelled", WorkKind.RELEASE_NOW: "released", WorkKind.EXPIRE: "expired",
-         WorkKind.RETRY: "retried", WorkKind.DISCARD: "discarded", WorkKind.KEEP: "kept"}
+         WorkKind.RETRY: "retried", WorkKind.DISCARD: "discarded", WorkKind.KEEP: "kept",
+         WorkKind.RESCHEDULE: "rescheduled"}
 _OUTCOME = {
     WorkKind.RELEASE: Kind.RELEASED, WorkKind.RELEASE_NOW: Kind.RELEASED_NOW,
     WorkKind.CANCEL: Kind.CANCELLED, WorkKind.EXPIRE: Kind.EXPIRED,
     WorkKind.UNDELIVERABLE: Kind.UNDELIVERABLE, WorkKind.UNDELIVERED: Kind.UNDELIVERED,
     WorkKind.DEAD_LETTERED: Kind.DEAD_LETTERED, WorkKind.DISCARD: Kind.DELETED,
     WorkKind.RETRY: Kind.RETRIED, WorkKind.KEEP: Kind.KEPT,
+    WorkKind.RESCHEDULE: Kind.RESCHEDULED,
 }
+# Moves that put a message back on a staging level.
+_ENTERS_LEVEL = frozenset({WorkKind.HOP, WorkKind.RETRY, WorkKind.KEEP, WorkKind.RESCHEDULE})
 _FAILED = {Kind.UNDELIVERABLE: WorkKind.UNDELIVERABLE, Kind.UNDELIVERED: WorkKind.UNDELIVERED,
            Kind.DEAD_LETTERED: WorkKind.DEAD_LETTERED, Kind.DELETED: WorkKind.DISCARD,
            Kind.EXPIRED: WorkKind.EXPIRE}
@@ -226,7 +230,12 @@ class Settling:
         hops = 0
         for w in work:
             staged, kind = w.staged, w.kind
-            if kind is WorkKind.HOP or kind is WorkKind.RETRY or kind is WorkKind.KEEP:
+            if kind is WorkKind.NOTED:
+                if w.noted is not None:
+                    w.noted.at_ms = now_ms
+                    outcomes.append(w.noted)
+                continue
+            if kind in _ENTERS_LEVEL:
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.
@@ -253,6 +262,8 @@ class Settling:
                     detail=w.error or "",
                     queue=self.undeliverable_queue if kind is WorkKind.UNDELIVERABLE else w.queue,
                     size=len(w.move.held.message.body), count=w.count,
+                    headers=w.move.message.headers
+                    if kind is WorkKind.RESCHEDULE and w.move.message is not None else None,
                 ))
                 if kind is WorkKind.KEEP:
                     self._blocked.add(staged.message_id)

@@ -9,6 +9,7 @@ from enum import Enum
 from adapters.base import Move
 from bridge.staging.envelope import Staged
 from bridge.staging.orders import Order
+from bridge.staging.outcomes import Outcome
 from policies.reasons import Reason
 
 
@@ -29,6 +30,8 @@ class WorkKind(Enum):
     # A broker's dead letter the bridge does not keep (an expiry nothing asked to keep, another
     # reason): acknowledged, as the broker would have dropped it.
     DROP = "drop"
+    RESCHEDULE = "reschedule"  # an operator's order: back on the staging queues, due anew
+    NOTED = "noted"  # a tool's note of what it did itself: acknowledged, its event recorded
 
 
 @dataclass(slots=True)
@@ -43,3 +46,4 @@ class Work:
     reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
     order: Order | None = None  # the operator's order this carries out, answered once done
     count: int = 1  # RETRY: the retry's number; KEEP: times kept
+    noted: Outcome | None = None  # NOTED: the event the tool's note tells of

@@ -260,6 +260,25 @@ def expiry_ms(headers: Mapping[str, str], now_ms: int) -> int | None:
     return found
 
 
+def own_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """What a selector over a staged message reads: the application's own headers and
+    properties as it sent them (its original message id, its own correlation id), and its
+    target, from which JMSDestination is read."""
+    out = {
+        n: v for n, v in headers.items()
+        if not n.startswith(PREFIX) and n not in FRAME_ONLY
+        and n not in ("correlation-id", "message-id", "amqp-message-id")
+    }
+    original = headers.get(MESSAGE_ID)
+    if original is not None:
+        out["message-id"] = out["amqp-message-id"] = original
+    if CORRELATION_ID in headers:
+        out["correlation-id"] = headers[CORRELATION_ID]
+    if TARGET in headers:
+        out[TARGET] = headers[TARGET]
+    return out
+
+
 def jms_destination(destination: str) -> str:
     """TIBCO's form of a destination: ``Queue[orders]``, ``Topic[prices]``."""
     kind, _, name = destination.rpartition("/")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -37,6 +37,21 @@ DONE = PREFIX + "done"  # on an answer: what was done ("cancelled", "released")
 # On a LIST order: "1" = answer from your staged catalogue too. On its answer: how many rows came
 # from the catalogue (absent: the engine keeps none).
 CATALOGUE = PREFIX + "catalogue"
+SELECTOR = PREFIX + "selector"  # on a LIST order: only the messages this JMS selector selects
+ORDER_DUE = PREFIX + "order-due"  # on a RESCHEDULE order: the new due time, epoch ms
+# On a rescheduled copy: the order that made it (that order is not carried out on it again).
+RESCHEDULED_BY = PREFIX + "rescheduled-by"
+# A tool's note on the ready queue of what it did itself to a staged message (an event kind:
+# "cancelled", "released-now", "rescheduled"): the one engine that takes it records the event
+# (its journal, its staged catalogue, its counters), so the event is recorded once, by the
+# process that keeps the journal. Its body: {"size": body bytes, "headers": the staged copy's}.
+NOTE = PREFIX + "note"
+NOTE_TARGET = PREFIX + "note-target"
+NOTE_DUE = PREFIX + "note-due"  # its due time (rescheduled: the new one)
+NOTE_EXPIRES = PREFIX + "note-expires"
+NOTE_DETAIL = PREFIX + "note-detail"
+# What an engine answers a reschedule whose new due time is not before the message's expiry.
+EXPIRY_ERROR = "expiry-error"
 KEEP_MS = 600_000
 # A staged cancel comes due this long before its message: every engine then remembers it for
 # KEEP_MS, through the message's own due time, and the engine holding the message (it takes a
@@ -49,6 +64,7 @@ class Action(Enum):
     CANCEL = "cancel"
     RELEASE = "release"
     LIST = "list"
+    RESCHEDULE = "reschedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +75,17 @@ class Order:
     reply_topic: str | None = None
     target: str | None = None  # LIST: only messages for this target
     catalogue: bool = False  # LIST: from the engine's staged catalogue too
+    selector: str | None = None  # LIST: only the messages it selects (a JMS selector)
+    due_ms: int | None = None  # RESCHEDULE: the new due time
 
     @classmethod
     def new(
         cls, action: Action, message_id: str, reply_topic: str | None, *,
-        target: str | None = None, catalogue: bool = False,
+        target: str | None = None, catalogue: bool = False, selector: str | None = None,
+        due_ms: int | None = None,
     ) -> Order:
-        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue)
+        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue,
+                   selector, due_ms)
 
     @classmethod
     def of_message(cls, message: Message) -> Order:
@@ -92,8 +112,12 @@ class Order:
         message_id, order_id = headers.get(MESSAGE_ID, ""), headers.get(ORDER_ID)
         if not order_id or not (message_id or action is Action.LIST):
             raise ValueError(f"an order needs {MESSAGE_ID} and {ORDER_ID}")
+        due = headers.get(ORDER_DUE)
+        if action is Action.RESCHEDULE and not (due and due.isascii() and due.isdigit()):
+            raise ValueError(f"a reschedule order needs {ORDER_DUE} (epoch ms)")
         return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,
-                   headers.get(TARGET) or None, headers.get(CATALOGUE) == "1")
+                   headers.get(TARGET) or None, headers.get(CATALOGUE) == "1",
+                   headers.get(SELECTOR) or None, int(due) if due else None)
 
     def headers(self) -> dict[str, str]:
         headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
@@ -103,21 +127,29 @@ class Order:
             headers[TARGET] = self.target
         if self.catalogue:
             headers[CATALOGUE] = "1"
+        if self.selector:
+            headers[SELECTOR] = self.selector
+        if self.due_ms is not None:
+            headers[ORDER_DUE] = str(self.due_ms)
         return headers
 
     def message(self) -> Message:
         return Message(self.headers(), b"")
 
     def listing(
-        self, held: Iterable[Held], catalogued: Sequence[Entry] | None = None
+        self, held: Iterable[Held], catalogued: Sequence[Entry] | None = None,
+        picks: Callable[[dict[str, str]], bool] | None = None,
     ) -> Message:
         """A LIST order's answer: the held staged messages it asks for, and ``catalogued``
         (the engine's catalogue's rows, when asked and kept), as JSON rows (what ``jms-bridge
         staged list`` shows: message id, target, due time, size, queue)."""
-        return self.answer_rows(self.held_rows(held), catalogued)
+        return self.answer_rows(self.held_rows(held, picks), catalogued)
 
-    def held_rows(self, held: Iterable[Held]) -> list[dict[str, object]]:
-        """The rows of the held staged messages this LIST order asks for."""
+    def held_rows(
+        self, held: Iterable[Held], picks: Callable[[dict[str, str]], bool] | None = None
+    ) -> list[dict[str, object]]:
+        """The rows of the held staged messages this LIST order asks for (``picks``: its
+        compiled selector, over a staged copy's headers)."""
         rows: list[dict[str, object]] = []
         for h in held:
             headers = h.message.headers
@@ -127,6 +159,8 @@ class Order:
             if (self.message_id and message_id != self.message_id) or (
                 self.target and target != self.target
             ):
+                continue
+            if picks is not None and not picks(headers):
                 continue
             try:
                 due_ms = int(headers.get(DUE, ""))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +26,8 @@ class Kind(enum.Enum):
     RELEASED = "released"  # put to its target when due
     RELEASED_NOW = "released-now"  # put to its target early, on an operator's order
     CANCELLED = "cancelled"  # removed on an operator's order, not delivered
+    # Its due time moved on an operator's order (``due_ms``: the new one; ``detail``: the old)
+    RESCHEDULED = "rescheduled"
     EXPIRED = "expired"  # its time to live ran out while staged (MQFB_EXPIRATION)
     UNDELIVERABLE = "undeliverable"  # its target refused it: moved to the undeliverable queue
     INVALID = "invalid"  # not readable as a staged copy: moved to the invalid queue
@@ -58,6 +60,9 @@ class Outcome:          # cost four times as much to make; nobody changes one on
     queue: str | None = None  # the queue it went to (staging level, undeliverable, invalid)
     count: int = 1
     size: int | None = None  # body bytes, where the producer of the outcome has them at hand
+    # STAGED, a delayed REDELIVERED, RESCHEDULED: the staged copy's headers (a mapping, or the
+    # pairs of a frame), for the staged catalogue's selectors.
+    headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None
 
     @property
     def late_ms(self) -> int | None:
@@ -170,6 +175,9 @@ class LogSink:
             elif kind is Kind.CANCELLED:
                 log.info("cancelled by an operator, not delivered", message_id=o.message_id,
                          target=o.target, due_ms=o.due_ms)
+            elif kind is Kind.RESCHEDULED:
+                log.info("rescheduled by an operator", message_id=o.message_id,
+                         target=o.target, due_ms=o.due_ms, before=o.detail)
             elif kind is Kind.RELEASED_NOW:
                 log.info("released by an operator", message_id=o.message_id, target=o.target,
                          early_ms=-(o.late_ms or 0))

@@ -23,6 +23,7 @@ the message, and by telling the running engines now (they take it out of their c
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -35,15 +36,25 @@ import structlog
 from adapters.base import Message, StagedFormat, StagingBroker
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
+from bridge.staging.outcomes import Kind
+from bridge.staging.selection import compile_for, picks
 from bridge.staging.orders import (
     CANCEL_LEAD_MS,
     CATALOGUE,
+    EXPIRY_ERROR,
+    NOTE,
+    NOTE_DETAIL,
+    NOTE_DUE,
+    NOTE_EXPIRES,
+    NOTE_TARGET,
     Action,
     Order,
     destination,
     rows_of,
 )
 from policies.errors import BridgeError, BrokerUnavailable, PutRefused, Refused
+from policies.reasons import MQRC_EXPIRY_ERROR
+from policies.selector import Selector
 
 # How long cancel and release wait for a message the engine holds: ActiveMQ pushes a level's
 # head to the engine's peek subscription, where it stays until the engine's next look at that
@@ -85,27 +96,30 @@ def rows(
     answer_s: float = ANSWER_S,
     unseen: dict[str, tuple[int, int]] | None = None,
     scan: bool = False,
+    selector: str | None = None,
 ) -> Iterator[Row]:
     """The staged messages on the staging queues, and those the running engines hold where the
     broker does not show them (each once); or, unless ``scan``, what the running engines
     answer from their staged catalogues when every one keeps one. ``unseen`` gets the queues
     whose browse showed fewer messages than the broker counts on them: queue -> (shown,
-    counted)."""
+    counted). ``selector``: only the messages this JMS selector selects, over their own
+    headers (``bridge.staging.selection``); InvalidSelector when it does not parse."""
+    compiled = None if selector is None else compile_for(selector, broker.format.broker)
     if not scan:
         catalogued = catalogued_rows(broker, layout, target=target, message_id=message_id,
-                                     wait_s=answer_s)
+                                     wait_s=answer_s, selector=selector)
         if catalogued is not None:
             yield from catalogued
             return
     seen: set[str] = set()
     for row in _queued_rows(broker, layout, target=target, message_id=message_id,
-                            unseen=unseen):
+                            unseen=unseen, selector=compiled):
         seen.add(row.message_id)
         yield row
     if broker.sees_held:
         return
     for row in held_rows(broker, layout, target=target, message_id=message_id,
-                         wait_s=answer_s):
+                         wait_s=answer_s, selector=selector):
         if row.message_id not in seen:
             seen.add(row.message_id)
             yield row
@@ -126,7 +140,7 @@ def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) 
 
 def catalogued_rows(
     broker: StagingBroker, layout: Layout, *, target: str | None, message_id: str | None,
-    wait_s: float,
+    wait_s: float, selector: str | None = None,
 ) -> list[Row] | None:
     """What the running engines answer from their staged catalogues, with what they hold;
     None unless an engine runs and every one answered from a catalogue within ``wait_s``."""
@@ -145,7 +159,7 @@ def catalogued_rows(
     if not broker.sees_held and running() == 0:
         return None
     order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
-                      catalogue=True)
+                      catalogue=True, selector=selector)
     answers = _ask(broker, layout, order, wait_s, answers=engines[-1] if engines else running,
                    quiet=True)
     if not answers or not engines or len(answers) < engines[-1] or any(
@@ -170,14 +184,15 @@ def _internal(row: Row, layout: Layout) -> bool:
 
 def held_rows(
     broker: StagingBroker, layout: Layout, *, target: str | None, message_id: str | None,
-    wait_s: float,
+    wait_s: float, selector: str | None = None,
 ) -> list[Row]:
     """What the running engines hold, from their answers to a list order: it waits for one
     answer per consumer of the ready queue (each engine has one), up to ``wait_s``."""
     engines = broker.consumers(layout.ready)
     if not engines:
         return []
-    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target)
+    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
+                      selector=selector)
     found: list[Row] = []
     for answer in _ask(broker, layout, order, wait_s, answers=engines):
         try:
@@ -195,6 +210,7 @@ def _queued_rows(
     target: str | None = None,
     message_id: str | None = None,
     unseen: dict[str, tuple[int, int]] | None = None,
+    selector: Selector | None = None,
 ) -> Iterator[Row]:
     # ActiveMQ shows a browser only the first maxBrowsePageSize (400 by default) messages of a
     # queue, held ones included, and says nothing of the rest: compare with its own counts.
@@ -216,6 +232,8 @@ def _queued_rows(
             if target is not None and info.target != target:
                 continue
             if message_id is not None and info.message_id != message_id:
+                continue
+            if selector is not None and not picks(selector, message.headers):
                 continue
             row = Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
             if not _internal(row, layout):
@@ -266,12 +284,20 @@ class Outcome:
     by_engine: bool  # a running engine held it and did it (or will: a staged cancel)
     staged: Message | None = None  # the staged copy the tool itself took (its journal event)
     due_ms: int | None = None  # a staged cancel: the message's due time, when it is dropped
+    # The tool did it itself and a running engine took its note: that engine records the event
+    # (journal, catalogue, counters); the tool records nothing.
+    noted: bool = False
 
     @property
     def as_asked(self) -> bool:
-        return self.done in ("cancelled", "released")
+        return self.done in ("cancelled", "released", "rescheduled")
 
     def describe(self, message_id: str) -> str:
+        if self.done == EXPIRY_ERROR:
+            return (f"{MQRC_EXPIRY_ERROR.name} ({MQRC_EXPIRY_ERROR.code}): not rescheduled "
+                    f"{message_id}: its time to live ends before the new due time")
+        if self.done == "rescheduled" and self.due_ms is not None:
+            return f"rescheduled {message_id}: due {_iso(self.due_ms)}"
         if self.done == "expired":
             return f"expired {message_id}: its time to live was up, it is not delivered"
         if self.done == "undeliverable":
@@ -292,6 +318,45 @@ class Outcome:
             return (f"kept {message_id}: its target and its dead-letter destination refused it; "
                     "it is back on the staging queues")
         return f"{self.done} {message_id}"
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def note(broker: StagingBroker, layout: Layout, kind: Kind, staged: Message, *,
+         due_ms: int | None = None, detail: str = "") -> bool:
+    """Tell one running engine what this tool did itself to ``staged`` (a note on the ready
+    queue, which the engines share: one takes it and records the event in its journal, its
+    catalogue and its counters). False when no engine runs (nothing is sent): the tool
+    records it itself, if it can."""
+    try:
+        if broker.consumers(layout.ready) == 0:
+            return False
+        info = envelope.Staged.of(staged.headers)
+    except (BrokerUnavailable, Refused, KeyError, ValueError):
+        return False
+    now = str(time.time_ns() // 1_000_000)
+    headers = {
+        # An engine that knows no notes releases it to the control topic, which ignores it.
+        envelope.TARGET: destination(layout.control), envelope.DUE: now, envelope.SENT: now,
+        envelope.ENTERED: now, envelope.MESSAGE_ID: info.message_id, "persistent": "true",
+        NOTE: kind.value, NOTE_TARGET: info.target,
+        NOTE_DUE: str(due_ms if due_ms is not None else info.due_ms),
+    }
+    if info.expires_ms is not None:
+        headers[NOTE_EXPIRES] = str(info.expires_ms)
+    if detail:
+        headers[NOTE_DETAIL] = detail
+    copy = {n: v for n, v in staged.headers.items() if n not in envelope.FRAME_ONLY}
+    body = json.dumps({"size": len(staged.body), "headers": copy}).encode()
+    try:
+        broker.publish(broker.format.client_destination(layout.ready), Message(headers, body))
+    except PutRefused as refused:
+        structlog.get_logger("staging.tools").warning(
+            "cannot hand the event to a running engine", error=str(refused))
+        return False
+    return True
 
 
 def cancel(
@@ -347,32 +412,46 @@ def staged_cancel(
 def _carry_out(
     broker: StagingBroker, layout: Layout, action: Action, message_id: str,
     then: Callable[[Message], None] | None, patience_s: float, answer_s: float,
+    due_ms: int | None = None,
 ) -> Outcome | None:
     """The staging queues first (no wait when the message is there); then the engines; then
     the queues again, for a message that was between two of them meanwhile."""
-    done = "cancelled" if action is Action.CANCEL else "released"
+    done = {Action.CANCEL: "cancelled", Action.RELEASE: "released",
+            Action.RESCHEDULE: "rescheduled"}[action]
+    kind = {Action.CANCEL: Kind.CANCELLED, Action.RELEASE: Kind.RELEASED_NOW,
+            Action.RESCHEDULE: Kind.RESCHEDULED}[action]
+
+    def did(taken: Message) -> Outcome:
+        detail = ""
+        if due_ms is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                detail = f"was due at {envelope.Staged.of(taken.headers).due_ms}"
+        noted = note(broker, layout, kind, taken, due_ms=due_ms, detail=detail)
+        return Outcome(done, by_engine=False, staged=taken, due_ms=due_ms, noted=noted)
+
     found = find(broker, layout, message_id)
     if found is not None:
         taken = broker.take(found[0], envelope.MESSAGE_ID, message_id, then)
         if taken is not None:
-            return Outcome(done, by_engine=False, staged=taken)
-    answer = ask_engines(broker, layout, action, message_id, answer_s)
+            return did(taken)
+    answer = ask_engines(broker, layout, action, message_id, answer_s, due_ms=due_ms)
     if answer is not None:
-        return Outcome(answer, by_engine=True)
+        return Outcome(answer, by_engine=True, due_ms=due_ms)
     taken = take(broker, layout, message_id, then=then, patience_s=patience_s)
     if taken is None:
         return None
-    return Outcome(done, by_engine=False, staged=taken)
+    return did(taken)
 
 
 def ask_engines(
-    broker: StagingBroker, layout: Layout, action: Action, message_id: str, wait_s: float
+    broker: StagingBroker, layout: Layout, action: Action, message_id: str, wait_s: float,
+    *, due_ms: int | None = None,
 ) -> str | None:
     """Send the order to every running engine; what the one holding the message did with it,
     or None when none answered within ``wait_s`` (or the broker lets us give no orders).
     Every engine carries the order out on any copy of the message it meets for a while after
     (``orders.KEEP_MS``), answered or not."""
-    order = Order.new(action, message_id, _reply_topic(layout))
+    order = Order.new(action, message_id, _reply_topic(layout), due_ms=due_ms)
     for answer in _ask(broker, layout, order, wait_s, answers=1):
         return order.answered(answer.headers)
     return None
@@ -468,3 +547,36 @@ def release_now(
         broker.publish(info.target, Message(headers, message.body), mandatory=info.mandatory)
 
     return _carry_out(broker, layout, Action.RELEASE, message_id, deliver, patience_s, answer_s)
+
+
+def reschedule(
+    broker: StagingBroker, layout: Layout, message_id: str, due_ms: int, *,
+    patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
+) -> Outcome | None:
+    """Move a staged message's due time to ``due_ms``, earlier or later: hold the staged copy,
+    put a copy due at ``due_ms`` on the staging level for it (confirmed), and only then remove
+    the old copy (a crash in between leaves both: duplicated, never lost); or have the engine
+    that holds it do the same. Refused (MQRC_EXPIRY_ERROR) when its time to live would end
+    first, as a delayed send is. None when neither the staging queues nor a running engine
+    have it."""
+
+    def restage(message: Message) -> None:
+        info = envelope.Staged.of(message.headers)
+        if info.expires_ms is not None and due_ms >= info.expires_ms:
+            raise Refused(MQRC_EXPIRY_ERROR,
+                          f"staged message {message_id} expires at {_iso(info.expires_ms)}, "
+                          f"before its new due time {_iso(due_ms)}")
+        now = time.time_ns() // 1_000_000
+        headers = envelope.hop_headers(message.headers, now_ms=now)
+        headers[envelope.DUE] = str(due_ms)
+        headers.pop(envelope.RETRY_AT, None)
+        queue = layout.queue_for(due_ms - now)
+        broker.publish(broker.format.client_destination(queue), Message(headers, message.body))
+
+    outcome = _carry_out(broker, layout, Action.RESCHEDULE, message_id, restage, patience_s,
+                         answer_s, due_ms=due_ms)
+    if outcome is not None and outcome.done == EXPIRY_ERROR:
+        raise Refused(MQRC_EXPIRY_ERROR,
+                      f"staged message {message_id} expires before its new due time "
+                      f"{_iso(due_ms)}")
+    return outcome
