@@ -116,7 +116,7 @@ class Failer(stomp.ConnectionListener):
             return
         count = self.tally[seq]
         if self.by_bridge:
-            reported = int(h.get("JMSXDeliveryCount", "0"))
+            reported = int(h.get("JMSXDeliveryCount", "1"))  # a first delivery carries none
             if reported != count:
                 self.bad_count += 1
                 count = reported

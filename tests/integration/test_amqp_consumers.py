@@ -119,7 +119,7 @@ def _send(bridge: BridgeProcess, queue: str, bodies: list[bytes],
 
 
 def _count(props: Any) -> int:
-    return int(props.headers["JMSXDeliveryCount"])
+    return int((props.headers or {}).get("JMSXDeliveryCount", 1))  # a first delivery: none
 
 
 TYPED = {"i": 7, "big": 2**40, "neg": -3, "s": "text", "t": True, "f": False,

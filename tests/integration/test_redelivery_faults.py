@@ -65,7 +65,7 @@ class FailingConsumer:
                 with consumer.lock:
                     consumer.deliveries[n] += 1
                 try:
-                    if int(frame.headers["JMSXDeliveryCount"]) <= FAILS:
+                    if int(frame.headers.get("JMSXDeliveryCount", "1")) <= FAILS:
                         conn.nack(frame.headers["ack"])
                     else:
                         conn.ack(frame.headers["ack"])
