@@ -22,6 +22,21 @@ def parse_time(value: str) -> int:
     return round(moment.timestamp() * 1000)
 
 
+def spark_setting(value: str) -> tuple[str, str]:
+    """``KEY=VALUE``, as spark-submit's ``--conf`` takes it."""
+    key, sep, setting = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key.strip(), setting
+
+
+def add_spark_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default: embedded local[*], or spark-submit's own)")
+    p.add_argument("--conf", metavar="KEY=VALUE", type=spark_setting, action="append",
+                   default=[], help="a Spark setting, as spark-submit's --conf (repeatable)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--journal", metavar="PATH", required=True, action="append",
                    help="journal folder, file or glob, any URI Spark reads (repeatable)")
@@ -30,8 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="T", type=parse_time,
                    help="from this time (epoch ms or ISO 8601, UTC by default)")
     p.add_argument("--until", metavar="T", type=parse_time, help="up to this time (excluded)")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (default: embedded local[*], or spark-submit's own)")
+    add_spark_arguments(p)
 
 
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,5 +65,4 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", metavar="N", type=int, default=500,
                    help="messages per broker transaction (default 500)")
     p.add_argument("--out", metavar="DIR", help="also write summary.json here")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (default: embedded local[*], or spark-submit's own)")
+    add_spark_arguments(p)

@@ -287,7 +287,7 @@ def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: An
     existing_paths(ns.archive, "--archive")
     ledger = LEDGER_PREFIX + (ns.ledger or ledger_name(ns.archive, ns.selector, ns.to))
     target = Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
-    spark = started(ns.master, "jms-bridge replay")
+    spark = started(ns.master, "jms-bridge replay", ns.conf)
     try:
         summary = run(spark, ns.archive, ns.selector, target, broker=broker,
                       partitions=ns.partitions)

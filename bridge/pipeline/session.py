@@ -64,11 +64,11 @@ def in_one_line(exc: BaseException, what: str) -> Exception:
     return ConfigError(f"{what}: {text[:500]}")
 
 
-def started(master: str | None, app: str) -> SparkSession:
+def started(master: str | None, app: str, conf: Sequence[tuple[str, str]] = ()) -> SparkSession:
     """``session``, or a ConfigError of one line when Spark cannot start (a master it cannot
     reach, no Java)."""
     try:
-        return session(master, app)
+        return session(master, app, **dict(conf))
     except Exception as exc:  # noqa: BLE001 - see in_one_line
         raise in_one_line(exc, f"Spark did not start (master {master or 'local[*]'})") from None
 
