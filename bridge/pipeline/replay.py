@@ -288,11 +288,12 @@ def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: An
     ledger = LEDGER_PREFIX + (ns.ledger or ledger_name(ns.archive, ns.selector, ns.to))
     target = Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
     spark = started(ns.master, "jms-bridge replay", ns.conf)
+    where = spark.sparkContext.master  # named in a failure's line
     try:
         summary = run(spark, ns.archive, ns.selector, target, broker=broker,
                       partitions=ns.partitions)
     except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
-        raise in_one_line(exc, "replay failed in Spark") from None
+        raise in_one_line(exc, f"replay failed on {where}") from None
     finally:
         spark.stop()
     print(render(summary))

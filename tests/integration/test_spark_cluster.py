@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The executors' Python: the system's, of the driver's minor version (PySpark refuses another),
 # without the venv's packages.
 WORKER_PYTHON = "/usr/bin/python3"
-EXECUTOR = ["--conf", "spark.executor.memory=500m", "--conf", "spark.cores.max=1"]
+EXECUTOR = ["--conf", "spark.executor.memory=500m", "--conf", "spark.cores.max=1",
+            "--conf", "spark.sql.shuffle.partitions=4"]
 CLUSTER_START_S = 90
 
 
