@@ -59,7 +59,8 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", metavar="N", type=float, default=None,
                    help="at most N messages a second overall")
     p.add_argument("--ledger", metavar="NAME",
-                   help="the ledger's name (default: a digest of --archive, --selector, --to)")
+                   help="the ledger's name (default: a digest of --archive and --to: every "
+                        "replay of one archive to one target skips what another put back)")
     p.add_argument("--partitions", metavar="N", type=int, default=None,
                    help="how many partitions publish at once (default: Spark's parallelism)")
     p.add_argument("--batch", metavar="N", type=int, default=500,

@@ -22,7 +22,8 @@ import pytest
 
 from tests.integration.bridgeproc import free_port
 from tests.integration.brokers import BROKERS, require
-from tests.integration.test_pipeline_replay import drain, target_args, write_archive
+from tests.integration.test_pipeline_replay import drain, forget_ledger, target_args, \
+    write_archive
 from tests.unit.test_pipeline_report import write_journal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ def test_a_selector_replay_on_a_cluster_puts_back_what_a_local_one_does(
     require(rabbit)
     run = uuid.uuid4().hex[:8]
     archive = tmp_path / "archive"
-    red, _ = write_archive(archive, rabbit, f"spark-{run}")
+    write_archive(archive, rabbit, f"spark-{run}")
     selector = "color = 'red' AND seq < 40"
     local_to, cluster_to = f"/queue/jbt-spark-{run}-local", f"/queue/jbt-spark-{run}-cluster"
 
@@ -179,10 +180,13 @@ def test_a_selector_replay_on_a_cluster_puts_back_what_a_local_one_does(
         return sorted((m.headers["seq"], m.body if isinstance(m.body, str) else
                        m.body.decode()) for m in got)
 
-    from_local, from_cluster = received(local_to), received(cluster_to)
-    assert len(from_local) == 20
-    assert from_cluster == from_local
-    assert red  # the archive's red queue: what --to replaced
+    try:
+        from_local, from_cluster = received(local_to), received(cluster_to)
+        assert len(from_local) == 20
+        assert from_cluster == from_local
+    finally:
+        for name in ("local", "cluster"):
+            forget_ledger(rabbit, replay.LEDGER_PREFIX + f"jbt-spark-{run}-{name}")
 
 
 def test_an_unreachable_master_is_named_in_one_line_quickly(tmp_path: Path) -> None:
