@@ -70,7 +70,11 @@ def session(master: str | None = None, app: str = "jms-bridge", **conf: str) -> 
     if chosen:
         builder = builder.master(effective)
     local = is_local(effective)
-    if local and "PYSPARK_PYTHON" not in os.environ:
+    if conf.get("spark.pyspark.python"):
+        # PySpark started from a builder takes the Python workers' interpreter from the
+        # variable only (spark-submit turns the setting into it)
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+    elif local and "PYSPARK_PYTHON" not in os.environ:
         # embedded: the Python workers (replay's publishers) run this interpreter, with
         # this installation's packages, not whatever python3 is first on the PATH (PySpark
         # reads the variable when it makes the SparkContext)

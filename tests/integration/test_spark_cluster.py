@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # without the venv's packages.
 WORKER_PYTHON = "/usr/bin/python3"
 EXECUTOR = ["--conf", "spark.executor.memory=500m", "--conf", "spark.cores.max=1",
-            "--conf", "spark.sql.shuffle.partitions=4"]
+            "--conf", "spark.sql.shuffle.partitions=4",
+            "--conf", f"spark.pyspark.python={WORKER_PYTHON}"]
 CLUSTER_START_S = 90
 
 
@@ -43,10 +44,12 @@ def _spark_home() -> Path:
 
 def _clean_env() -> dict[str, str]:
     """The environment of the cluster's JVMs: no PYTHONPATH (Spark passes it on to the Python
-    workers, which would then find the project's sources) and small daemons."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")}
+    workers, which would then find the project's sources), a PATH whose ``python3`` is the
+    system's, and small daemons."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "VIRTUAL_ENV")}
     env.update(SPARK_HOME=str(_spark_home()), SPARK_DAEMON_MEMORY="256m",
-               SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=WORKER_PYTHON)
+               SPARK_LOCAL_IP="127.0.0.1", PATH="/usr/bin:/bin")
     return env
 
 
@@ -113,18 +116,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def jms_bridge(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The command as an operator runs it, with the executors' Python named the usual way."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": WORKER_PYTHON}
+    """The command as an operator runs it (the executors' Python is named with ``--conf``)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([sys.executable, "-m", "bridge.app.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_executors_python_lacks_the_projects_packages(tmp_path: Path) -> None:
     """Else the cluster tests would pass whether the command ships them or not."""
-    for module in ("bridge", "adapters", "policies", "pika", "stomp", "tenacity", "structlog"):
-        done = subprocess.run([WORKER_PYTHON, "-c", f"import {module}"], cwd=tmp_path,
-                              env=_clean_env(), capture_output=True, text=True, timeout=30)
-        assert done.returncode != 0, f"{WORKER_PYTHON} imports {module}"
+    for python in (WORKER_PYTHON, "python3"):  # named, and the cluster's PATH's
+        for module in ("bridge", "adapters", "policies", "pika", "stomp", "tenacity",
+                       "structlog"):
+            done = subprocess.run([python, "-c", f"import {module}"], cwd=tmp_path,
+                                  env=_clean_env(), capture_output=True, text=True, timeout=30)
+            assert done.returncode != 0, f"{python} imports {module}"
 
 
 def rows(df: Any) -> list[tuple[Any, ...]]:
