@@ -115,12 +115,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _stop(procs)
 
 
-def jms_bridge(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The command as an operator runs it (the executors' Python is named with ``--conf``)."""
+def jms_bridge(*args: str) -> subprocess.Popen[str]:
+    """The command as an operator runs it (the executors' Python is named with ``--conf``),
+    started: the test runs the local job meanwhile."""
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "bridge.app.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen([sys.executable, "-m", "bridge.app.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the command did not end in {timeout} s: {err[-3000:]}")
+    return proc.returncode, out, err
 
 
 def test_the_executors_python_lacks_the_projects_packages(tmp_path: Path) -> None:
@@ -145,10 +156,11 @@ def test_the_report_on_a_cluster_gives_the_local_tables(
     journal = tmp_path / "journal"
     journal.mkdir()
     write_journal(journal)
-    done = jms_bridge("report", "--journal", str(journal), "--out", str(tmp_path / "cluster"),
+    proc = jms_bridge("report", "--journal", str(journal), "--out", str(tmp_path / "cluster"),
                       "--master", cluster, *EXECUTOR)
-    assert done.returncode == 0, done.stderr[-3000:]
     local = report.run(spark, str(journal), str(tmp_path / "local"), html=False)
+    code, _, err = finished(proc)
+    assert code == 0, err[-3000:]
     for name in report.TABLES:
         there = spark.read.parquet(str(tmp_path / "cluster" / name))
         assert rows(there) == rows(local.tables[name]), name
@@ -169,17 +181,17 @@ def test_a_selector_replay_on_a_cluster_puts_back_what_a_local_one_does(
     selector = "color = 'red' AND seq < 40"
     local_to, cluster_to = f"/queue/jbt-spark-{run}-local", f"/queue/jbt-spark-{run}-cluster"
 
+    proc = jms_bridge("replay", *target_args(rabbit), "--archive", str(archive),
+                      "--selector", selector, "--to", cluster_to, "--batch", "5",
+                      "--ledger", f"jbt-spark-{run}-cluster", "--master", cluster, *EXECUTOR)
     endpoint = Endpoint("127.0.0.1", 5672, rabbit.user, rabbit.password, "/")
     target = replay.Target("rabbitmq", endpoint, None, local_to,
                            replay.LEDGER_PREFIX + f"jbt-spark-{run}-local", None, 5)
     local = replay.run(spark, [str(archive)], selector, target, broker="rabbitmq")
     assert (local.matched, local.replayed, local.failed) == (20, 20, 0), local
-
-    done = jms_bridge("replay", *target_args(rabbit), "--archive", str(archive),
-                      "--selector", selector, "--to", cluster_to, "--batch", "5",
-                      "--ledger", f"jbt-spark-{run}-cluster", "--master", cluster, *EXECUTOR)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "matched 20 of 240 archived messages; replayed 20" in done.stdout, done.stdout
+    code, out, err = finished(proc)
+    assert code == 0, err[-3000:]
+    assert "matched 20 of 240 archived messages; replayed 20" in out, out
 
     def received(destination: str) -> list[tuple[str, str]]:
         got = drain(rabbit, destination, 20)
@@ -203,12 +215,12 @@ def test_an_unreachable_master_is_named_in_one_line_quickly(tmp_path: Path) -> N
     journal.mkdir()
     master = f"spark://127.0.0.1:{port}"
     began = time.monotonic()
-    done = jms_bridge("report", "--journal", str(journal), "--out", str(tmp_path / "out"),
-                      "--master", master, timeout=120)
+    code, _, err = finished(jms_bridge("report", "--journal", str(journal), "--out",
+                                       str(tmp_path / "out"), "--master", master), 120)
     took = time.monotonic() - began
-    assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and master in lines[0], done.stderr[-3000:]
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and master in lines[0], err[-3000:]
     assert took < 15, f"{took:.0f} s"
 
 
