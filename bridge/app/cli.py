@@ -368,7 +368,8 @@ def _replay(ns: argparse.Namespace, settings: Settings) -> int:
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
     skip = {"command", "config", "action", "target", "message_id", "json", "scan", "destination",
             "user",
-            "upto", "due_in", "due_at", "archive", "rate", "ledger", "partitions", "out", "master", *dlq.OWN_KEYS}
+            "upto", "due_in", "due_at", "archive", "rate", "ledger", "partitions", "out",
+            "master", "conf", *dlq.OWN_KEYS}
     return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
 
 

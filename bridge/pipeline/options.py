@@ -22,6 +22,21 @@ def parse_time(value: str) -> int:
     return round(moment.timestamp() * 1000)
 
 
+def spark_setting(value: str) -> tuple[str, str]:
+    """``KEY=VALUE``, as spark-submit's ``--conf`` takes it."""
+    key, sep, setting = value.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key.strip(), setting
+
+
+def add_spark_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default: embedded local[*], or spark-submit's own)")
+    p.add_argument("--conf", metavar="KEY=VALUE", type=spark_setting, action="append",
+                   default=[], help="a Spark setting, as spark-submit's --conf (repeatable)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--journal", metavar="PATH", required=True, action="append",
                    help="journal folder, file or glob, any URI Spark reads (repeatable)")
@@ -30,8 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", metavar="T", type=parse_time,
                    help="from this time (epoch ms or ISO 8601, UTC by default)")
     p.add_argument("--until", metavar="T", type=parse_time, help="up to this time (excluded)")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (default: embedded local[*], or spark-submit's own)")
+    add_spark_arguments(p)
 
 
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,11 +59,11 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", metavar="N", type=float, default=None,
                    help="at most N messages a second overall")
     p.add_argument("--ledger", metavar="NAME",
-                   help="the ledger's name (default: a digest of --archive, --selector, --to)")
+                   help="the ledger's name (default: a digest of --archive and --to: every "
+                        "replay of one archive to one target skips what another put back)")
     p.add_argument("--partitions", metavar="N", type=int, default=None,
                    help="how many partitions publish at once (default: Spark's parallelism)")
     p.add_argument("--batch", metavar="N", type=int, default=500,
                    help="messages per broker transaction (default 500)")
     p.add_argument("--out", metavar="DIR", help="also write summary.json here")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (default: embedded local[*], or spark-submit's own)")
+    add_spark_arguments(p)

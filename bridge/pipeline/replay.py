@@ -20,8 +20,9 @@ JSON lines, one row a message, any URI Spark reads). The job
    failed with reasons. A batch the broker refuses is put again one message at a time, so one
    refused message (an unknown destination, say) fails alone, with its reason.
 
-The ledger's name defaults to a digest of the archive paths, the selector and ``--to``, so a
-rerun of the same command finds it; ``--ledger NAME`` names it explicitly.
+The ledger's name defaults to a digest of the archive paths and ``--to``, not the selector: every
+replay of one archive to one target shares it, so a rerun, or a replay with another selector that
+overlaps an earlier one, skips what was put back already. ``--ledger NAME`` names it explicitly.
 """
 
 from __future__ import annotations
@@ -58,9 +59,12 @@ class Summary:
     seconds: float = 0.0
 
 
-def ledger_name(archives: list[str], selector: str | None, to: str | None) -> str:
-    text = json.dumps([sorted(archives), selector or "", to or ""])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def ledger_name(archives: list[str], to: str | None) -> str:
+    """The default ledger's name: a digest of the archive (its paths, local ones made absolute)
+    and ``--to``, not of the selector, so that replays of one archive with any selectors never
+    put a message back twice."""
+    paths = sorted(p if "://" in p else str(Path(p).resolve()) for p in archives)
+    return hashlib.sha256(json.dumps([paths, to or ""]).encode()).hexdigest()[:16]
 
 
 def read_archive(spark: SparkSession, paths: list[str]) -> DataFrame:
@@ -277,6 +281,12 @@ def render(summary: Summary) -> str:
     return "\n".join(lines)
 
 
+def target_of(ns: argparse.Namespace, broker: str, endpoint: Any, management: Any) -> Target:
+    """The command's target: its ledger is ``--ledger``, else the default one."""
+    ledger = LEDGER_PREFIX + (ns.ledger or ledger_name(ns.archive, ns.to))
+    return Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
+
+
 def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: Any) -> int:
     """``jms-bridge replay``: 0 when every matching message is replayed (now or before).
     ``endpoint``: the broker connection the bridge's own tools use (the CLI resolves it)."""
@@ -285,14 +295,14 @@ def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: An
     if ns.selector:
         parse(ns.selector)  # InvalidSelector, at the column, before Spark starts
     existing_paths(ns.archive, "--archive")
-    ledger = LEDGER_PREFIX + (ns.ledger or ledger_name(ns.archive, ns.selector, ns.to))
-    target = Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
-    spark = started(ns.master, "jms-bridge replay")
+    target = target_of(ns, broker, endpoint, management)
+    spark = started(ns.master, "jms-bridge replay", ns.conf)
+    where = spark.sparkContext.master  # named in a failure's line
     try:
         summary = run(spark, ns.archive, ns.selector, target, broker=broker,
                       partitions=ns.partitions)
     except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
-        raise in_one_line(exc, "replay failed in Spark") from None
+        raise in_one_line(exc, f"replay failed on {where}") from None
     finally:
         spark.stop()
     print(render(summary))

@@ -190,11 +190,12 @@ def main_with(ns: argparse.Namespace) -> int:
     """``jms-bridge report``; a ConfigError of one line for a journal that is not there or a
     failure in Spark."""
     existing_paths(ns.journal, "--journal")
-    spark = started(ns.master, "jms-bridge report")
+    spark = started(ns.master, "jms-bridge report", ns.conf)
+    where = spark.sparkContext.master  # named in a failure's line
     try:
         report = run(spark, ns.journal, ns.out, since_ms=ns.since, until_ms=ns.until)
     except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
-        raise in_one_line(exc, "report failed in Spark") from None
+        raise in_one_line(exc, f"report failed on {where}") from None
     finally:
         spark.stop()
     print(f"{report.events} events; tables and report.html in {ns.out} "
