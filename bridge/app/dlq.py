@@ -21,6 +21,7 @@ from bridge.deadletter.handler import Handler
 from policies.dlqrules import Rules, parse_rules
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
+from policies.naming import queue_name
 from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
 
 EXIT_FAILURE = 1
@@ -127,6 +128,7 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
     speedups.install()
     limit = _limit(ns)
     queue = ns.queue if isinstance(ns.queue, str) and ns.queue else settings.undelivered_queue
+    queue = queue_name(queue, settings.broker)  # /queue/X, /amq/queue/X or X: the queue X
     picker = ops.Picker.of(getattr(ns, "selector", None), header_map(settings))
     rules = None
     metrics_at = None
@@ -135,14 +137,15 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
         if ns.metrics_listen:
             metrics_at = parse_hostport(ns.metrics_listen, "--metrics-listen")
         if not (isinstance(ns.queue, str) and ns.queue) and rules.control.inputq:
-            queue = rules.control.inputq
+            queue = queue_name(rules.control.inputq, settings.broker)
     if ns.action == "purge" and picker.selector is None and not ns.all:
         raise ConfigError("dlq purge without --selector removes every message: add --all")
     tools = queue_tools(settings)
     tools.connect()
     try:
         if ns.action == "list":
-            found = ops.candidates(tools, prefix=settings.staging_prefix, named=ns.queue or ())
+            named = [queue_name(q, settings.broker) for q in ns.queue or ()]
+            found = ops.candidates(tools, prefix=settings.staging_prefix, named=named)
             print(ops.render_list(found, as_json=ns.json))
             return 0
         if tools.size(queue) is None:
