@@ -316,6 +316,9 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"jms-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
+        if ns.command != "run":  # a tool stopped at once (a second Ctrl-C)
+            print("jms-bridge: interrupted; what the broker had committed stays done",
+                  file=sys.stderr)
         return 130
 
 
