@@ -12,15 +12,21 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from bridge import __version__
 from bridge.app import dlq, logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
 from bridge.pipeline.options import add_arguments as add_report_arguments
 from bridge.pipeline.options import add_replay_arguments
+from bridge.app.progress import EXIT_INTERRUPTED
 from policies.errors import BridgeError, BrokerUnavailable, ConfigError
+
+if TYPE_CHECKING:
+    from adapters.base import StagingBroker
+    from bridge.staging.levels import Layout
+    from bridge.staging.tools import Row
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -201,9 +207,12 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
             return 0
         if ns.action in ("list", "count"):
             unseen: dict[str, tuple[int, int]] = {}
-            found = list(tools.rows(broker, layout, target=ns.target,
-                                    message_id=getattr(ns, "message_id", None), unseen=unseen,
-                                    scan=ns.scan))
+            rows = tools.rows(broker, layout, target=ns.target,
+                              message_id=getattr(ns, "message_id", None), unseen=unseen,
+                              scan=ns.scan)
+            found = _read(rows, broker, layout, quiet=getattr(ns, "json", False))
+            if found is None:
+                return EXIT_INTERRUPTED
             if unseen:
                 print(tools.unseen_warning(unseen), file=sys.stderr)
             if ns.action == "count":
@@ -234,6 +243,28 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
         return 0 if outcome.as_asked else EXIT_FAILURE
     finally:
         broker.close()
+
+
+def _read(rows: Iterator[Row], broker: StagingBroker, layout: Layout, *,
+          quiet: bool) -> list[Row] | None:
+    """The rows, with a progress bar on a terminal; None when Ctrl-C stopped the reading (one
+    line says how far it got)."""
+    from bridge.app.progress import Progress, interruptible, interrupted_line
+
+    try:
+        total: int | None = sum(broker.depths(layout.queues).values())
+    except BridgeError:  # a user the broker's statistics are not for: a count, no estimate
+        total = None
+    found: list[Row] = []
+    with interruptible() as stop, Progress("staged", total, quiet=quiet) as progress:
+        for row in rows:
+            found.append(row)
+            progress.advance()
+            if stop():
+                print(interrupted_line(len(found), total, "read", "nothing was changed"),
+                      file=sys.stderr)
+                return None
+    return found
 
 
 def _report(ns: argparse.Namespace) -> int:

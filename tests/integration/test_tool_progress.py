@@ -17,7 +17,9 @@ from pathlib import Path
 
 from adapters.base import Message
 from adapters.queues import QueueTools
+from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
+from tests.integration.clients import connect
 from tests.integration.test_dlq_tools import (  # noqa: F401 - fixtures
     JMS_BRIDGE,
     PREFIX,
@@ -133,3 +135,28 @@ def test_ctrl_c_stops_an_export_cleanly_and_loses_nothing(broker: Broker, tools:
     assert len(left) == total - done
     everyone = {r["headers"]["n"] for r in rows} | {m.headers["n"] for m in left}
     assert everyone == {str(i) for i in range(total)}  # each exactly once, none lost
+
+
+def test_staged_list_shows_its_reading_on_a_terminal_only(bridge: BridgeProcess,
+                                                           broker: Broker) -> None:
+    dest = broker.queue_destination(f"jbt-stompwire-{uuid.uuid4().hex[:8]}")
+    conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "later", headers={"x-delay": "3600000", "receipt": "staged"})
+    assert inbox.wait_receipt("staged")
+    conn.disconnect()
+    args = ["staged", "list", "--target", dest, "--broker", bridge.broker,
+            "--upstream-stomp", f"stomp://{bridge.upstream}", "--scan"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*JMS_BRIDGE, *args], stdout=subprocess.PIPE, stderr=slave,
+                            stdin=subprocess.DEVNULL, env=_env(), cwd=ROOT, text=True)
+    os.close(slave)
+    run = OnTerminal.__new__(OnTerminal)
+    run.master, run.proc, run.seen = master, proc, b""
+    code, out, err = run.finish()
+    assert code == 0, err
+    assert "msg/s" in err and re.search(r"\b\d+(/\d+)? ?(msg)? ?\[", err), err
+    assert dest in out and "msg/s" not in out
+    piped = subprocess.run([*JMS_BRIDGE, *args], capture_output=True, text=True, env=_env(),
+                           cwd=ROOT, timeout=60)
+    assert piped.returncode == 0 and dest in piped.stdout, piped.stderr
+    assert "msg/s" not in piped.stderr and "\r" not in piped.stderr
