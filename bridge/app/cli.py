@@ -318,6 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
         return EXIT_PIPE
+    except KeyboardInterrupt:  # report runs outside _main's handlers: no traceback either
+        print("jms-bridge: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
 
 
@@ -350,7 +353,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if ns.command != "run":  # a tool stopped at once (a second Ctrl-C)
             print("jms-bridge: interrupted; what the broker had committed stays done",
                   file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
