@@ -35,6 +35,7 @@ __all__ = [
     "match_name",
     "named",
     "pattern_problem",
+    "queue_name",
 ]
 
 BROKERS = ("rabbitmq", "activemq")
@@ -90,6 +91,21 @@ def is_queue(destination: str, broker: str) -> bool:
     """Whether ``destination`` names a (durable, named) queue on ``broker``."""
     found = named(destination, broker)
     return found is not None and found.kind == QUEUE
+
+
+def queue_name(text: str, broker: str) -> str:
+    """The name of the queue ``text`` names on ``broker``, in any form the bridge prints it
+    (``/queue/X``, RabbitMQ's ``/amq/queue/X``, or the bare ``X``): what a tool that takes a
+    queue works on. ConfigError saying why when ``text`` names no queue there."""
+    found = named(text, broker)
+    if found is None or not found.name:
+        problem = pattern_problem(text, broker) or "no queue has an empty name"
+        raise ConfigError(f"{text!r} is not a queue on {broker}: {problem}")
+    if found.kind != QUEUE:
+        raise ConfigError(f"{text!r} is not a queue on {broker}: it names a {found.kind}"
+                          if found.kind != EXCHANGE else
+                          f"{text!r} is not a queue on {broker}: it names an exchange")
+    return found.name
 
 
 class Pattern(NamedTuple):

@@ -12,12 +12,13 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from bridge import __version__
 from bridge.app import dlq, logs
 from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
+from bridge.app.progress import EXIT_INTERRUPTED
 from bridge.pipeline.options import add_arguments as add_report_arguments
 from bridge.pipeline.options import add_replay_arguments
 from policies.errors import BridgeError, BrokerUnavailable, ConfigError, Refused
@@ -25,7 +26,7 @@ from policies.errors import BridgeError, BrokerUnavailable, ConfigError, Refused
 if TYPE_CHECKING:
     from adapters.base import StagingBroker
     from bridge.staging.levels import Layout
-    from bridge.staging.tools import Outcome
+    from bridge.staging.tools import Outcome, Row
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -223,9 +224,12 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
             return 0
         if ns.action in ("list", "count"):
             unseen: dict[str, tuple[int, int]] = {}
-            found = list(tools.rows(broker, layout, target=ns.target,
-                                    message_id=getattr(ns, "message_id", None), unseen=unseen,
-                                    scan=ns.scan, selector=ns.selector))
+            rows = tools.rows(broker, layout, target=ns.target,
+                              message_id=getattr(ns, "message_id", None), unseen=unseen,
+                              scan=ns.scan, selector=ns.selector)
+            found = _read(rows, broker, layout, quiet=getattr(ns, "json", False))
+            if found is None:
+                return EXIT_INTERRUPTED
             if unseen:
                 print(tools.unseen_warning(unseen), file=sys.stderr)
             if ns.action == "count":
@@ -337,6 +341,28 @@ def _journal_outcome(ns: argparse.Namespace, settings: Settings, outcome: Outcom
           "running)", file=sys.stderr)
 
 
+def _read(rows: Iterator[Row], broker: StagingBroker, layout: Layout, *,
+          quiet: bool) -> list[Row] | None:
+    """The rows, with a progress bar on a terminal; None when Ctrl-C stopped the reading (one
+    line says how far it got)."""
+    from bridge.app.progress import Progress, interruptible, interrupted_line
+
+    try:
+        total: int | None = sum(broker.depths(layout.queues).values())
+    except BridgeError:  # a user the broker's statistics are not for: a count, no estimate
+        total = None
+    found: list[Row] = []
+    with interruptible() as stop, Progress("staged", total, quiet=quiet) as progress:
+        for row in rows:
+            found.append(row)
+            progress.advance()
+            if stop():
+                print(interrupted_line(len(found), total, "read", "nothing was changed"),
+                      file=sys.stderr)
+                return None
+    return found
+
+
 def _report(ns: argparse.Namespace) -> int:
     try:
         from bridge.pipeline.report import main_with
@@ -389,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
         return EXIT_PIPE
+    except KeyboardInterrupt:  # report runs outside _main's handlers: no traceback either
+        print("jms-bridge: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
 
 
@@ -419,7 +448,10 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"jms-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        return 130
+        if ns.command != "run":  # a tool stopped at once (a second Ctrl-C)
+            print("jms-bridge: interrupted; what the broker had committed stays done",
+                  file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

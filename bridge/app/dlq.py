@@ -21,6 +21,8 @@ from bridge.deadletter.handler import Handler
 from policies.dlqrules import Rules, parse_rules
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
+from policies.naming import queue_name
+from bridge.app.progress import EXIT_INTERRUPTED, Progress, interrupted_line, interruptible
 from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
 
 EXIT_FAILURE = 1
@@ -127,6 +129,7 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
     speedups.install()
     limit = _limit(ns)
     queue = ns.queue if isinstance(ns.queue, str) and ns.queue else settings.undelivered_queue
+    queue = queue_name(queue, settings.broker)  # /queue/X, /amq/queue/X or X: the queue X
     picker = ops.Picker.of(getattr(ns, "selector", None), header_map(settings))
     rules = None
     metrics_at = None
@@ -135,17 +138,19 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
         if ns.metrics_listen:
             metrics_at = parse_hostport(ns.metrics_listen, "--metrics-listen")
         if not (isinstance(ns.queue, str) and ns.queue) and rules.control.inputq:
-            queue = rules.control.inputq
+            queue = queue_name(rules.control.inputq, settings.broker)
     if ns.action == "purge" and picker.selector is None and not ns.all:
         raise ConfigError("dlq purge without --selector removes every message: add --all")
     tools = queue_tools(settings)
     tools.connect()
     try:
         if ns.action == "list":
-            found = ops.candidates(tools, prefix=settings.staging_prefix, named=ns.queue or ())
+            named = [queue_name(q, settings.broker) for q in ns.queue or ()]
+            found = ops.candidates(tools, prefix=settings.staging_prefix, named=named)
             print(ops.render_list(found, as_json=ns.json))
             return 0
-        if tools.size(queue) is None:
+        size = tools.size(queue)
+        if size is None:
             print(f"jms-bridge: no queue {queue!r} on the broker", file=sys.stderr)
             return EXIT_NOT_FOUND
         if ns.action == "count":
@@ -156,13 +161,19 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
             print(ops.render_entries(entries, as_json=ns.json, body=ns.body))
             return 0
         if ns.action == "export":
-            return _export(tools, ns, queue, picker, limit)
+            return _export(tools, ns, queue, picker, limit, size)
         if ns.action == "handle":
             assert rules is not None
             return _handle(tools, rules, queue, ns.once, metrics_at)
         fmt = tools.format  # type: ignore[attr-defined]
         to = _destination(ns.to) if getattr(ns, "to", None) else None
-        outcome = ops.change(tools, ns.action, queue, picker, fmt, limit=limit, to=to)
+        with interruptible() as stop, Progress(ns.action, size, quiet=ns.json) as progress:
+            outcome = ops.change(tools, ns.action, queue, picker, fmt, limit=limit, to=to,
+                                 on_seen=progress.advance, stop=stop)
+        if outcome.interrupted:
+            print(interrupted_line(outcome.done, size, _DONE[ns.action],
+                                   "the rest stays on the queue"), file=sys.stderr)
+            return EXIT_INTERRUPTED
         if ns.json:
             print(json.dumps(outcome.as_dict(), indent=2))
         else:
@@ -173,6 +184,9 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         tools.close()
+
+
+_DONE = {"purge": "purged", "replay": "replayed", "move": "moved"}
 
 
 def _rules(path: str, settings: Settings) -> Rules:
@@ -228,19 +242,25 @@ def _handle(tools: QueueTools, rules: Rules, queue: str, once: bool,
 
 
 def _export(tools: QueueTools, ns: argparse.Namespace, queue: str, picker: ops.Picker,
-            limit: int | None) -> int:
+            limit: int | None, size: int) -> int:
     writer = archive.Writer(Path(ns.to), queue, ns.format)
     broker = tools.name
     if not ns.remove:
         rows = []
-        for entry in ops.browse(tools, queue, picker, limit=limit):
-            rows.append(archive.row(queue, broker, entry.broker_id, entry.position,
-                                    entry.headers, entry.body,
-                                    now_ms=time.time_ns() // 1_000_000))
-            if len(rows) >= 100_000:
-                writer.write(rows)
-                rows = []
-        writer.write(rows)
+        with interruptible() as stop, Progress("export", size) as progress:
+            for entry in ops.browse(tools, queue, picker, limit=limit,
+                                    on_seen=progress.advance, stop=stop):
+                rows.append(archive.row(queue, broker, entry.broker_id, entry.position,
+                                        entry.headers, entry.body,
+                                        now_ms=time.time_ns() // 1_000_000))
+                if len(rows) >= 100_000:
+                    writer.write(rows)
+                    rows = []
+            writer.write(rows)
+        if stop():
+            print(interrupted_line(writer.rows, size, f"exported to {ns.to}",
+                                   "every message stays on the queue"), file=sys.stderr)
+            return EXIT_INTERRUPTED
         print(f"exported {writer.rows} messages of {queue} to {len(writer.files)} file(s) "
               f"in {ns.to}")
         return 0
@@ -248,8 +268,15 @@ def _export(tools: QueueTools, ns: argparse.Namespace, queue: str, picker: ops.P
     def to_disk(visits: Sequence[Visit]) -> None:
         writer.write(archive.visit_rows(queue, broker, visits))
 
-    outcome = ops.change(tools, "purge", queue, picker, tools.format,  # type: ignore[attr-defined]
-                         limit=limit, batch=1000, before_commit=to_disk, label="export")
+    with interruptible() as stop, Progress("export", size) as progress:
+        outcome = ops.change(tools, "purge", queue, picker,
+                             tools.format,  # type: ignore[attr-defined]
+                             limit=limit, batch=1000, before_commit=to_disk, label="export",
+                             on_seen=progress.advance, stop=stop)
+    if outcome.interrupted:
+        print(interrupted_line(outcome.done, size, f"exported to {ns.to} and removed",
+                               "the rest stays on the queue"), file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"exported and removed {outcome.done} messages of {queue} to {len(writer.files)} "
           f"file(s) in {ns.to}")
     if outcome.error is not None:

@@ -25,6 +25,7 @@ from adapters.queues import QueueTools
 from bridge.deadletter import ops
 from bridge.deadletter.stats import DeadLetterStats
 from policies.errors import BridgeError, ConfigError
+from policies.naming import queue_name
 from policies.selector import HeaderMap
 
 PATHS = ("/dlq",)
@@ -86,9 +87,10 @@ class DeadLetterRoutes:
         return await self._run(work)
 
     async def count(self, request: web.Request) -> web.Response:
-        queue = request.match_info["queue"]
+        given = request.match_info["queue"]
 
         def work(tools: QueueTools) -> web.Response:
+            queue = queue_name(given, tools.name)  # /queue/X, /amq/queue/X or X
             picker = self._picker(request)
             if tools.size(queue) is None:
                 return _no_queue(queue)
@@ -97,10 +99,11 @@ class DeadLetterRoutes:
         return await self._run(work)
 
     async def messages(self, request: web.Request) -> web.Response:
-        queue = request.match_info["queue"]
+        given = request.match_info["queue"]
         body = request.query.get("body", "").lower() in ("1", "true", "yes")
 
         def work(tools: QueueTools) -> web.Response:
+            queue = queue_name(given, tools.name)  # /queue/X, /amq/queue/X or X
             picker, limit = self._picker(request), self._limit(request)
             if tools.size(queue) is None:
                 return _no_queue(queue)
@@ -110,13 +113,14 @@ class DeadLetterRoutes:
         return await self._run(work)
 
     async def change(self, request: web.Request) -> web.Response:
-        queue = request.match_info["queue"]
+        given = request.match_info["queue"]
         operation = request.match_info["operation"]
         to = request.query.get("to") or None
         if to is not None and not to.startswith("/"):
             to = f"/queue/{to}"
 
         def work(tools: QueueTools) -> web.Response:
+            queue = queue_name(given, tools.name)  # /queue/X, /amq/queue/X or X
             picker, limit = self._picker(request), self._limit(request)
             if operation == "purge" and picker.selector is None and (
                     request.query.get("all", "").lower() not in ("1", "true", "yes")):

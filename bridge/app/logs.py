@@ -12,6 +12,8 @@ import sys
 
 import structlog
 
+from bridge.app.progress import Stderr
+
 
 def configure(fmt: str = "console", level: str = "info") -> None:
     renderer: structlog.typing.Processor
@@ -30,7 +32,7 @@ def configure(fmt: str = "console", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     for name in LIBRARY_LOGGERS:

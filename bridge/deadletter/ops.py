@@ -85,6 +85,7 @@ class Outcome:
     skipped: int = 0  # picked but left: no original destination to replay to
     by_destination: dict[str, int] = field(default_factory=dict)
     error: str | None = None  # why it stopped before the end (what was done stays done)
+    interrupted: bool = False  # stopped on request (``stop``) before the end
 
     def as_dict(self) -> dict[str, object]:
         return {"operation": self.operation, "queue": self.queue, "seen": self.seen,
@@ -128,12 +129,20 @@ def candidates(tools: QueueTools, *, prefix: str, named: Sequence[str] = ()) -> 
     return found
 
 
-def browse(tools: QueueTools, queue: str, picker: Picker, *, limit: int | None) -> Iterator[Entry]:
+def browse(tools: QueueTools, queue: str, picker: Picker, *, limit: int | None,
+           on_seen: Callable[[], None] | None = None,
+           stop: Callable[[], bool] | None = None) -> Iterator[Entry]:
+    """The messages ``picker`` takes, head first, none removed; ``on_seen`` is called for each
+    message looked at, and ``stop`` returning True ends the browse before the next one."""
     taken = 0
     pages = tools.inspect(queue)
     try:
         for found in pages:
             if limit is not None and taken >= limit:
+                return
+            if on_seen is not None:
+                on_seen()
+            if stop is not None and stop():
                 return
             headers = found.message.headers
             if not picker(headers):
@@ -167,10 +176,14 @@ def change(
     batch: int = 500,
     before_commit: Callable[[Sequence[Visit]], None] | None = None,
     label: str | None = None,
+    on_seen: Callable[[], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Outcome:
     """purge, replay or move: one sweep of ``queue``. A refused put or a lost broker stops
     it: what was committed before stays done, the rest stays on the queue, and the outcome
-    says why it stopped (``error``). ``label`` names the operation in logs and counters."""
+    says why it stopped (``error``). ``label`` names the operation in logs and counters.
+    ``on_seen`` is called for each message looked at; ``stop`` is asked before each commit,
+    and True ends the sweep there with that batch undone (``interrupted``)."""
     if operation == "move" and not to:
         raise ConfigError("dlq move needs --to DEST (where the messages go, metadata and all)")
     if operation not in ("purge", "replay", "move"):
@@ -180,6 +193,8 @@ def change(
     started = time.monotonic()
 
     def decide(found: Found) -> Action:
+        if on_seen is not None:
+            on_seen()
         headers = found.message.headers
         if not picker(headers):
             return KEEP
@@ -214,10 +229,21 @@ def change(
             log.info(_PAST[outcome.operation], queue=queue, original_id=info.original_id,
                      reason=info.reason, to=where)
 
+    def checked(visits: Sequence[Visit]) -> None:
+        if stop is not None and stop():
+            raise _Stopped
+        if before_commit is not None:
+            before_commit(visits)
+
     try:
         report: SweepReport = tools.sweep(queue, decide, limit=limit, batch=batch,
-                                          before_commit=before_commit, after_commit=committed)
+                                          before_commit=checked, after_commit=committed)
         outcome.seen = report.seen
+    except _Stopped:
+        outcome.interrupted = True
+        log.info("stopped on request", operation=outcome.operation, queue=queue,
+                 done=outcome.done)
+        return outcome
     except PutRefused as refused:
         outcome.error = f"{operation} stopped: {refused}"
         log.error("stopped", operation=outcome.operation, queue=queue, error=str(refused))
@@ -229,6 +255,10 @@ def change(
     log.debug("sweep done", operation=operation, queue=queue, seen=report.seen,
               done=outcome.done, seconds=round(time.monotonic() - started, 3))
     return outcome
+
+
+class _Stopped(Exception):
+    """Raised before a commit to end a sweep on request, that batch undone."""
 
 
 _PAST = {"purge": "purged", "replay": "replayed", "move": "moved", "export": "exported"}

@@ -650,3 +650,50 @@ def test_browse_into_a_closed_pipe_ends_quietly(broker: Broker, tools: QueueTool
     assert "Exception ignored" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] in ("rc=0", "rc=141"), done.stderr
     assert tools.size(dlq) == 250  # browsing changed nothing
+
+
+def _forms(broker: Broker, name: str) -> list[str]:
+    """Every way the bridge itself prints a queue on ``broker``."""
+    forms = [name, f"/queue/{name}"]
+    if broker.name == "rabbitmq":
+        forms.append(f"/amq/queue/{name}")
+    return forms
+
+
+def test_every_tool_takes_the_queue_in_each_form_the_bridge_prints(
+    broker: Broker, tools: QueueTools, tmp_path: Path
+) -> None:
+    run = new_run()
+    dlq = f"{PREFIX}stompwire-{run}-dlq"
+    target = f"/queue/{PREFIX}stompwire-{run}-a"
+    fill(tools, dlq, [dead_letter(run, i, target, "EU" if i % 2 else "US") for i in range(6)])
+    for form in _forms(broker, dlq):
+        counted = cli(broker, "count", "--queue", form)
+        assert (counted.returncode, counted.stdout.strip()) == (0, "6"), (form, counted.stderr)
+        listed = cli(broker, "list", "--queue", form, "--json")
+        assert {"queue": dlq, "messages": 6} in json.loads(listed.stdout), form
+        shown = cli(broker, "browse", "--queue", form, "--json")
+        assert len(json.loads(shown.stdout)) == 6, (form, shown.stderr)
+        out = tmp_path / f"export-{len(form)}"
+        kept = cli(broker, "export", "--queue", form, "--to", str(out))
+        assert kept.returncode == 0, (form, kept.stderr)
+        rows = [json.loads(line) for f in out.iterdir() for line in f.read_text().splitlines()]
+        assert len(rows) == 6 and {r["queue"] for r in rows} == {dlq}, form
+    forms = _forms(broker, dlq)
+    replayed = cli(broker, "replay", "--queue", forms[1], "--selector", "region = 'US'")
+    assert replayed.returncode == 0 and "3" in replayed.stdout, replayed.stderr
+    assert len(drain(tools, target.removeprefix("/queue/"))) == 3
+    moved = cli(broker, "move", "--queue", forms[-1], "--to", f"{PREFIX}stompwire-{run}-parked",
+                "--limit", "1")
+    assert moved.returncode == 0, moved.stderr
+    assert len(drain(tools, f"{PREFIX}stompwire-{run}-parked")) == 1
+    purged = cli(broker, "purge", "--queue", forms[0], "--all")
+    assert purged.returncode == 0, purged.stderr
+    assert tools.size(dlq) == 0
+    rules = tmp_path / "rules.txt"
+    rules.write_text("ACTION(DISCARD)\n")
+    handled = cli(broker, "handle", "--rules", str(rules), "--queue", forms[-1], "--once")
+    assert handled.returncode == 0, handled.stderr
+    topic = cli(broker, "count", "--queue", "/topic/x")
+    assert topic.returncode != 0 and "not a queue" in topic.stderr, topic.stderr
+    assert "Traceback" not in topic.stderr

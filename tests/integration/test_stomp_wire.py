@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import socket
 import time
+import uuid
 from pathlib import Path
 
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 from tests.integration.tcpproxy import TcpProxy
 from tests.integration.wire import RawPeer
+from bridge.frontends.stomp import Frame
 
 
 def test_connected_frame_is_the_brokers_own(bridge: BridgeProcess, broker: Broker) -> None:
@@ -180,3 +182,66 @@ def test_readyz_says_when_the_broker_is_gone(broker: Broker, tmp_path: Path) -> 
         assert proc.http("/healthz")[0] == 200
     finally:
         assert proc.stop() == 0
+
+
+def _answers(peer: RawPeer, data: bytes, dest: str, receipt: str) -> tuple[list[Frame], bool]:
+    """What a connected peer gets back for ``data``, then whether a SEND after it is answered
+    (False: the connection was closed)."""
+    peer.send(data)
+    peer.send(f"SEND\ndestination:{dest}\nreceipt:{receipt}\n\nafter\x00".encode())
+    got: list[Frame] = []
+    while True:
+        try:
+            frame = peer.next_frame(timeout=5)
+        except AssertionError:
+            return got, False
+        got.append(frame)
+        if frame.command == "RECEIPT" and frame.get("receipt-id") == receipt:
+            return got, True
+
+
+def _shape(frames: list[Frame]) -> list[tuple[str, str | None, str | None]]:
+    return [(f.command, f.get("message"), f.get("receipt-id")) for f in frames]
+
+
+def test_stray_nuls_between_frames_are_skipped_as_the_broker_skips_them(
+    bridge: BridgeProcess, broker: Broker
+) -> None:
+    dest = broker.queue_destination(f"jbt-stompwire-{uuid.uuid4().hex[:8]}")
+    for port, host in ((broker.stomp_port, broker.stomp_host), (bridge.stomp_port, "127.0.0.1")):
+        peer = RawPeer(port, host)
+        assert peer.connect(broker.user, broker.password).command == "CONNECTED"
+        got, open_after = _answers(peer, b"\x00\x00", dest, "r1")
+        assert open_after and _shape(got) == [("RECEIPT", None, "r1")], (port, _shape(got))
+        # a NUL right behind a frame's own NUL
+        peer.send(f"SEND\ndestination:{dest}\nreceipt:r2\n\nx\x00\x00".encode())
+        assert _shape([peer.next_frame()]) == [("RECEIPT", None, "r2")]
+        peer.close()
+
+
+def test_unknown_command_after_connect_gets_the_brokers_own_answer(
+    bridge: BridgeProcess, broker: Broker
+) -> None:
+    dest = broker.queue_destination(f"jbt-stompwire-{uuid.uuid4().hex[:8]}")
+    seen = []
+    for port, host in ((broker.stomp_port, broker.stomp_host), (bridge.stomp_port, "127.0.0.1")):
+        peer = RawPeer(port, host)
+        assert peer.connect(broker.user, broker.password).command == "CONNECTED"
+        got, open_after = _answers(peer, b"FOO\nreceipt:f1\n\n\x00", dest, "r1")
+        seen.append((_shape(got), open_after, [f.body for f in got if f.command == "ERROR"]))
+        peer.close()
+    direct, relayed = seen
+    assert direct[0] and direct[0][0][0] == "ERROR"
+    # RabbitMQ: "Bad command" and the connection goes on; ActiveMQ: "Unknown STOMP action" + close
+    assert relayed[:2] == direct[:2]
+    assert relayed[2][0].split(b"\n")[0] == direct[2][0].split(b"\n")[0]
+
+
+def test_unknown_command_before_connect_is_still_refused_by_the_bridge(
+    bridge: BridgeProcess,
+) -> None:
+    peer = RawPeer(bridge.stomp_port)
+    peer.send(b"FOO\nreceipt:f1\n\n\x00")
+    error = peer.next_frame()
+    assert error.command == "ERROR" and "CONNECT" in (error.get("message") or "")
+    assert peer.wait_closed()

@@ -12,7 +12,7 @@ from bridge.app.config import resolve
 from bridge.app.policies import pattern_warnings
 from policies.delay import DelayConfig, delay_of, matches
 from policies.errors import ConfigError, Refused
-from policies.naming import Named, named, pattern_problem
+from policies.naming import Named, named, pattern_problem, queue_name
 from policies.redelivery import compile_table
 from policies.retry import compile_retry
 
@@ -173,3 +173,30 @@ def test_the_bridge_names_each_pattern_that_can_never_match(tmp_path: Path) -> N
     assert all(line.count("\n") == 0 and "never match" in line for line in warnings)
     assert "redelivery of user 'bob'" in joined and "delay-disabled" in joined
     assert "message-retry" in joined
+
+
+@pytest.mark.parametrize(("text", "broker", "expected"), [
+    ("orders.x", "rabbitmq", "orders.x"),
+    ("/queue/orders.x", "rabbitmq", "orders.x"),
+    ("/amq/queue/orders.x", "rabbitmq", "orders.x"),
+    ("orders.x", "activemq", "orders.x"),
+    ("/queue/orders.x", "activemq", "orders.x"),
+    ("ActiveMQ.DLQ", "activemq", "ActiveMQ.DLQ"),
+])
+def test_a_tool_takes_a_queue_in_every_form_the_bridge_prints(
+    text: str, broker: str, expected: str
+) -> None:
+    assert queue_name(text, broker) == expected
+
+
+@pytest.mark.parametrize(("text", "broker", "words"), [
+    ("/topic/x", "rabbitmq", "names a topic"),
+    ("/topic/x", "activemq", "names a topic"),
+    ("/exchange/e/k", "rabbitmq", "names an exchange"),
+    ("/queues/x", "rabbitmq", "RabbitMQ has no destination of this form"),
+    ("/queue/", "activemq", "empty name"),
+    ("", "rabbitmq", "not a queue"),
+])
+def test_what_names_no_queue_is_refused_saying_why(text: str, broker: str, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        queue_name(text, broker)

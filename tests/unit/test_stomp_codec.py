@@ -266,6 +266,17 @@ VECTORS: list[tuple[str, str | None, str, bytes, list[Any]]] = [
             frame("COMMIT", [("transaction", "t")], b"", b"COMMIT\ntransaction:t\n\n\x00"),
         ],
     ),
+    (
+        "stray-nuls-between-frames",
+        "1.2",
+        S,
+        b"\x00\x00BEGIN\ntransaction:t\n\n\x00\x00\n\x00COMMIT\ntransaction:t\n\n\x00\x00",
+        [
+            frame("BEGIN", [("transaction", "t")], b"", b"BEGIN\ntransaction:t\n\n\x00"),
+            HB,
+            frame("COMMIT", [("transaction", "t")], b"", b"COMMIT\ntransaction:t\n\n\x00"),
+        ],
+    ),
     ("unknown-command", "1.2", S, b"FOO\n\n\x00", [("error", "unknown-command")]),
     ("lowercase-command", "1.2", S, b"send\n\n\x00", [("error", "unknown-command")]),
     ("server-frame-from-client", "1.2", S, b"MESSAGE\n\n\x00", [("error", "unknown-command")]),
@@ -487,6 +498,20 @@ def test_lazy_headers_decode_on_first_use() -> None:
 def test_unvalidated_parser_passes_unknown_commands() -> None:
     (parsed,) = FrameParser(role="client", validate=False).feed(b"FUTURE\nnocolon\n\n\x00")
     assert parsed.command == "FUTURE"  # type: ignore[union-attr]
+
+
+def test_relay_unknown_passes_plain_unknown_commands_with_checked_headers() -> None:
+    def parse(data: bytes) -> list[Any]:
+        return fed(FrameParser(role="server", version="1.2", relay_unknown=True), data)
+
+    assert parse(b"FOO\nreceipt:1\n\n\x00") == [
+        frame("FOO", [("receipt", "1")], b"", b"FOO\nreceipt:1\n\n\x00")
+    ]
+    assert parse(b"MESSAGE\n\n\x00")[0][0] == "MESSAGE"
+    assert parse(b"FOO\nnocolon\n\n\x00") == [("error", "bad-header")]
+    # a command the broker might read as something else is still refused here
+    assert parse(b"X\x01SEND\n\n\x00") == [("error", "unknown-command")]
+    assert parse(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == [("error", "unknown-command")]
 
 
 def test_command_sets() -> None:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.frontends.stomp import (
+    CLIENT_COMMANDS,
     HEARTBEAT,
     NEED_DATA,
     Frame,
@@ -117,6 +118,29 @@ def test_garbage_parses_or_raises_the_protocol_error_alike_in_any_chunking(
         if isinstance(event, tuple) and event[0] != "error":
             assert event[1].endswith(b"\x00")
             assert event[2] in event[1]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(data=STREAMS, points=st.lists(st.integers(min_value=0), max_size=12),
+       version=VERSIONS)
+def test_relayed_unknown_commands_change_nothing_else(
+    data: bytes, points: list[int], version: str | None
+) -> None:
+    """relay_unknown turns only an unknown-command error into a frame, one with a plain
+    command and a single NUL (a NUL-free head) that the broker frames as the bridge did."""
+    strict = run(FrameParser(version=version), [data])
+    relayed = run(FrameParser(version=version, relay_unknown=True), cuts(data, points))
+    if not strict or strict[-1] != ("error", "unknown-command") or relayed == strict:
+        assert relayed == strict
+    else:
+        assert relayed[: len(strict) - 1] == strict[:-1]
+        if len(relayed) < len(strict):  # the unknown frame is not complete yet
+            return
+        odd = relayed[len(strict) - 1]
+        if odd[0] == "error":  # its headers or body were wrong in another way
+            return
+        assert odd[0] not in CLIENT_COMMANDS and odd[0].isascii() and odd[0].isprintable()
+        assert b"\x00" not in odd[1][: odd[1].index(b"\n")]
 
 
 NAMES = st.text(min_size=1, max_size=12).filter(lambda s: "\0" not in s)

@@ -48,6 +48,9 @@ _Partial = tuple[str, Headers | None, LazyHeaders | None, int, int | None]
 _READY, _ANY, _HEAD, _NUL, _LEN = range(5)
 
 _new_frame = Frame.__new__
+# An unknown command passed on must read the same to the broker: letters, digits, '-', '_'
+# only (a NUL or a control byte in it could make the broker see another frame).
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +73,16 @@ class FrameParser:
     ``role="server"`` reads what clients send, ``role="client"`` what a broker sends. With
     ``validate=False`` (the trusted broker side) frame boundaries, command and content-length
     are still exact, but headers are decoded on first use and unknown commands pass.
+    ``relay_unknown=True`` passes unknown commands on a validating parser too (headers still
+    checked): the session lets the broker answer them. A NUL between frames is skipped, as
+    RabbitMQ and ActiveMQ skip it.
     """
 
     __slots__ = (
         "role", "_version", "_limits", "_max_frame", "_max_head", "_max_headers", "_validate",
         "_commands", "_command_set", "_head", "_head_escaped", "_table", "_crlf",
         "_data", "_pos", "_more", "_more_len", "_checked", "_tail", "_wait", "_need",
-        "_partial", "_error",
+        "_partial", "_error", "_relay_unknown",
     )  # fmt: skip
 
     def __init__(
@@ -86,6 +92,7 @@ class FrameParser:
         version: str | None = None,
         limits: Limits = Limits(),  # noqa: B008 - frozen, shared safely
         validate: bool = True,
+        relay_unknown: bool = False,
     ) -> None:
         if role == "server":
             commands = CLIENT_COMMANDS
@@ -101,6 +108,7 @@ class FrameParser:
         self._max_head = limits.max_header_bytes
         self._max_headers = limits.max_headers
         self._validate = validate
+        self._relay_unknown = relay_unknown
         self._data = b""  # the bytes being parsed; frames are sliced out of it from _pos
         self._pos = 0
         self._more: list[bytes] = []  # chunks received since, not yet joined onto _data
@@ -255,6 +263,9 @@ class FrameParser:
                 append(HEARTBEAT)
                 pos += 1
                 continue
+            if data[pos] == 0:  # a stray NUL between frames: filler, as the brokers read it
+                pos += 1
+                continue
             m = head(data, pos)
             escaped = False
             if m is None:
@@ -321,6 +332,9 @@ class FrameParser:
         while pos < n:
             if data[pos] == 10:
                 append(HEARTBEAT)
+                pos += 1
+                continue
+            if data[pos] == 0:  # a stray NUL between frames: filler, as the brokers read it
                 pos += 1
                 continue
             lf = find(b"\n", pos, pos + 16)
@@ -441,6 +455,11 @@ class FrameParser:
         if first == 10:
             self._pos = pos + 1
             return HEARTBEAT
+        if first == 0 and self._partial is None:
+            while pos < n and data[pos] == 0:
+                pos += 1
+            self._pos = pos
+            return self._parse()
         if first == 13:
             if pos + 1 >= n:
                 self._wait = _ANY
@@ -578,7 +597,7 @@ class FrameParser:
             raise error(
                 self._version, "bad-encoding", "command is not UTF-8", f"command {raw_command!r}"
             ) from None
-        if self._validate:
+        if self._validate and not (self._relay_unknown and _TOKEN.fullmatch(command)):
             raise error(
                 self._version,
                 "unknown-command",

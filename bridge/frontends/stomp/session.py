@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from bridge.frontends.stats import RelayStats
 from bridge.frontends.stomp import (
+    CLIENT_COMMANDS,
     HEARTBEAT,
     Event,
     Frame,
@@ -77,20 +78,27 @@ class State(enum.Enum):
     AWAIT_CONNECT = "await-connect"  # nothing received yet
     CONNECTING = "connecting"  # CONNECT relayed, waiting for the broker's CONNECTED
     CONNECTED = "connected"
+    # The broker sent ERROR: it closes the connection, or goes on (RabbitMQ after "Bad command").
+    ERRORED = "errored"
     DISCONNECTING = "disconnecting"  # client sent DISCONNECT
     CLOSED = "closed"  # ERROR seen or sent: the connection is ending
 
 
 # (state, frame sent by the client) -> next state. A client frame not in the table is a
 # protocol error. Frames pipelined behind CONNECT are relayed; the broker judges them.
-_PIPELINED = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+# OTHER stands for a command STOMP does not give clients: once connected the broker answers it
+# (RabbitMQ with "Bad command", going on; ActiveMQ with "Unknown STOMP action", closing).
+OTHER = "other"
+_PIPELINED = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", OTHER)
 CLIENT_TRANSITIONS: dict[tuple[State, str], State] = {
     (State.AWAIT_CONNECT, "CONNECT"): State.CONNECTING,
     (State.AWAIT_CONNECT, "STOMP"): State.CONNECTING,
     (State.CONNECTING, "DISCONNECT"): State.DISCONNECTING,
     (State.CONNECTED, "DISCONNECT"): State.DISCONNECTING,
+    (State.ERRORED, "DISCONNECT"): State.DISCONNECTING,
     **{(State.CONNECTING, c): State.CONNECTING for c in _PIPELINED},
     **{(State.CONNECTED, c): State.CONNECTED for c in _PIPELINED},
+    **{(State.ERRORED, c): State.ERRORED for c in _PIPELINED},
 }
 
 # (state, frame sent by the broker) -> next state. Broker frames outside the table are
@@ -98,7 +106,9 @@ CLIENT_TRANSITIONS: dict[tuple[State, str], State] = {
 BROKER_TRANSITIONS: dict[tuple[State, str], State] = {
     (State.CONNECTING, "CONNECTED"): State.CONNECTED,
     (State.CONNECTING, "ERROR"): State.CLOSED,
-    (State.CONNECTED, "ERROR"): State.CLOSED,
+    (State.CONNECTED, "ERROR"): State.ERRORED,
+    (State.ERRORED, "MESSAGE"): State.CONNECTED,  # the broker went on after its ERROR
+    (State.ERRORED, "RECEIPT"): State.CONNECTED,
     (State.DISCONNECTING, "ERROR"): State.CLOSED,
 }
 
@@ -216,7 +226,7 @@ class Session:
         # Deliveries not yet settled, followed only when an interceptor asked for settlements.
         self._consumers = Consumers(requeues) if self.chain.interest.settlements else None
         self.stats = stats or RelayStats()
-        self._client = FrameParser(role="server", limits=limits)
+        self._client = FrameParser(role="server", limits=limits, relay_unknown=True)
         self._broker = FrameParser(role="client", limits=broker_limits or limits,
                                    validate=False)
         # While a check runs: the parsed events from the frame that asked for it on, the
@@ -307,7 +317,9 @@ class Session:
             command = event.command
             nxt = self._client_moves.get(command)
             if nxt is None:
-                return self._refuse_state(command, event, out)
+                if command in CLIENT_COMMANDS or (nxt := self._client_moves.get(OTHER)) is None:
+                    return self._refuse_state(command, event, out)
+                command = OTHER
             if nxt is State.CONNECTING and self._state is State.AWAIT_CONNECT:
                 self._on_connect(event)
             frames[command] += 1
@@ -583,7 +595,8 @@ class Session:
     def _leave(self) -> Output:
         """The client is gone and nothing is awaited: fail what it left unsettled, once."""
         settle = None
-        if self._consumers is not None and self.state is State.CONNECTED and not self._left:
+        if (self._consumers is not None and self.state in (State.CONNECTED, State.ERRORED)
+                and not self._left):
             self._left = True
             settle = self._consumers.lost(self.principal)
         if settle is None:
@@ -599,7 +612,7 @@ class Session:
     def broker_lost(self, why: str) -> Output:
         """The upstream connection ended: tell the client unless the session was ending."""
         out = Output(close=f"broker connection closed: {why}")
-        if self.state not in (State.DISCONNECTING, State.CLOSED):
+        if self.state not in (State.DISCONNECTING, State.CLOSED, State.ERRORED):
             out.to_client.append(_reason_frame(MQRC_CONNECTION_BROKEN,
                                                "the broker closed the connection", why,
                                                self.version))
