@@ -227,7 +227,7 @@ def test_node_amqplib(amqp_bridge: BridgeProcess, amqp_queue: str) -> None:
     found = json.loads(run.stdout.strip().splitlines()[-1])
     refused = found["refused"] or {}
     _check({
-        "plain": found["plain"]["body"], "plain_count": found["plain"]["count"],
+        "plain": found["plain"]["body"], "plain_count": found["plain"].get("count"),
         "n": found["plain"]["n"], "nacked_count": found["nacked"]["count"],
         "tx": found["tx"], "tx_left": found["tx_left"], "early": found["early"],
         "delayed": found["delayed"]["body"], "waited_ms": found["delayed"]["waited_ms"],

@@ -520,7 +520,7 @@ def test_a_cancelled_consumers_unacked_deliveries_fail_once_when_it_leaves(
                         envelope.ORIGINAL_DESTINATION) == destination:
                     dead.append(found)
             assert len(dead) == 1, f"{kind} {how}: {len(dead)} copies on {dead_queue}"
-            assert dead[0][1].headers[envelope.DELIVERY_COUNT] == "2"
+            assert dead[0][1].headers[envelope.DELIVERIES_TRIED] == "2"
             channel.queue_delete(queue)
     finally:
         for c in opened:

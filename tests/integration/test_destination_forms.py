@@ -124,7 +124,7 @@ def test_an_amqp_consumer_of_the_queue_meets_the_queue_pattern(bridge: BridgePro
     props, body = dead
     assert body == b"amqp poison"
     assert props.headers[envelope.REASON] == "MQRC_BACKOUT_THRESHOLD_REACHED"
-    assert props.headers[envelope.DELIVERY_COUNT] == "2"
+    assert props.headers[envelope.DELIVERIES_TRIED] == "2"
     assert props.headers[envelope.POLICY] == f"jmsjca: {POLICY}"
 
 
@@ -157,7 +157,7 @@ def test_a_stomp_amq_queue_subscriber_meets_the_queue_s_pattern(
     props, body = dead
     assert body == b"stomp poison"
     assert props.headers[envelope.REASON] == "MQRC_BACKOUT_THRESHOLD_REACHED"
-    assert props.headers[envelope.DELIVERY_COUNT] == "2"
+    assert props.headers[envelope.DELIVERIES_TRIED] == "2"
     assert props.headers[envelope.POLICY] == f"jmsjca: {POLICY}"
 
 

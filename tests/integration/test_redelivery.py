@@ -350,4 +350,4 @@ def _leave_twice(bridge: BridgeProcess, broker: Broker, dest: str, how: str, mar
                          if broker.name == "activemq" else {})
         dead = [m for m in inbox.take(2, timeout=3) if m.headers.get("mark") == mark]
         assert len(dead) == 1, f"{kind} {how}: {len(dead)} copies on {action.destination}"
-        assert dead[0].headers[envelope.DELIVERY_COUNT] == "2"
+        assert dead[0].headers[envelope.DELIVERIES_TRIED] == "2"
