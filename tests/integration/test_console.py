@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -189,6 +190,18 @@ def test_console(broker: Broker, driver: Any, tmp_path: Path) -> None:
         (got,) = inbox.take(1, timeout=20)
         assert got.body == "console a" and got.headers["orderKey"] == "console-a"
         conn.disconnect()
+
+        # Reschedule by selector: "c" was due in 4 h, now in 30 min.
+        type_into("staged-selector", "orderKey = 'console-c'")
+        type_into("staged-when", "30m")
+        driver.find_element(By.ID, "staged-reschedule-all").click()
+        assert confirm() == ("Reschedule 1 staged message selected by "
+                             "orderKey = 'console-c'?")
+        wait.until(lambda d: "reschedule: 1 of 1 done" in banner())
+        status, body = bridge.http("/staged?scan=1")
+        (left,) = json.loads(body)
+        assert left["message_id"] == ids["c"]
+        assert abs(left["due_ms"] - (time.time() * 1000 + 30 * 60_000)) < 60_000, left
 
         # A dead letter: browsed by selector, replayed onto its queue; the other one purged.
         publish = tools.publish  # type: ignore[attr-defined]
