@@ -117,8 +117,8 @@ def test_console(broker: Broker, driver: Any, tmp_path: Path) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     run = uuid.uuid4().hex[:10]
-    queue, back, dlq = (f"jbt-console-{run}", f"jbt-console-{run}-back",
-                        f"jbt-console-{run}.dlq")
+    queue, back, dlq, parked = (f"jbt-console-{run}", f"jbt-console-{run}-back",
+                                f"jbt-console-{run}.dlq", f"jbt-console-{run}-parked.dlq")
     wait = WebDriverWait(driver, 20)
 
     def rows(table: str) -> list[list[str]]:
@@ -142,7 +142,7 @@ def test_console(broker: Broker, driver: Any, tmp_path: Path) -> None:
         box.send_keys(text)
 
     with console_bridge(broker, tmp_path) as bridge, broker_tools(broker) as tools, \
-            emptied(tools, queue, back, dlq):
+            emptied(tools, queue, back, dlq, parked):
         # Three delayed messages, each with a business key.
         conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
         for i, key in enumerate(("a", "b", "c")):
@@ -237,12 +237,26 @@ def test_console(broker: Broker, driver: Any, tmp_path: Path) -> None:
         assert envelope.REASON not in replayed[0].headers
         assert tools.size(dlq) == 1
 
+        # The other moved to a queue of its own (metadata kept), and purged there.
         type_into("dlq-selector", "")
+        type_into("dlq-to", parked)
+        driver.find_element(By.ID, "dlq-move").click()
+        assert confirm() == (f"Move 1 dead letter of {dlq} (every message of the queue) "
+                             f"to {parked}?")
+        wait.until(lambda d: "move: 1 of 1 done" in banner())
+        assert tools.size(dlq) == 0
+        wait.until(lambda d: [parked, "1"] in [r[:2] for r in rows("dlq-queues")])
+        parked_row = next(
+            tr for tr in driver.find_elements(By.CSS_SELECTOR, "#dlq-queues tbody tr")
+            if tr.find_element(By.TAG_NAME, "td").text == parked)
+        parked_row.find_element(By.TAG_NAME, "button").click()
+        wait.until(lambda d: [r[1:4] for r in rows("dlq-rows")] == [
+            [f"{run}-2", "MQRC_BACKOUT_THRESHOLD_REACHED", f"/queue/{back}"]])
         driver.find_element(By.ID, "dlq-purge").click()
-        assert confirm() == (f"Purge 1 dead letter of {dlq} (every message of the queue) "
+        assert confirm() == (f"Purge 1 dead letter of {parked} (every message of the queue) "
                              "(they are gone for good)?")
         wait.until(lambda d: "purge: 1 of 1 done" in banner())
-        assert tools.size(dlq) == 0
+        assert tools.size(parked) == 0
 
         # The redelivery policy of a destination.
         type_into("policy-destination", f"/queue/{queue}")
