@@ -4,6 +4,8 @@
 The staged-message endpoints run the same code as ``jms-bridge staged``, each call on a
 connection of its own in a worker thread (the adapters are blocking).
 
+The console (``/console/``, ``bridge.app.webconsole``) is a page that calls these endpoints.
+
 Who may call: with a token file (``--admin-token-file``), every endpoint but the probes and
 /metrics wants ``Authorization: Bearer <token>`` (401 otherwise). Without one, the endpoints
 that list or change staged messages are refused (403); /policy, which only shows
@@ -22,7 +24,7 @@ from aiohttp import web
 
 from adapters.base import StagingBroker
 from adapters.queues import QueueTools
-from bridge.app import dlq_admin, logs
+from bridge.app import dlq_admin, logs, webconsole
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policies import policy_report
@@ -139,11 +141,12 @@ class Admin:
         dlq_admin.install(self.app, queue_tools,
                           RABBITMQ if broker == "rabbitmq" else ACTIVEMQ,
                           prefix=self.layout.prefix, stats=metrics.deadletters)
+        webconsole.install(self.app)
         self._runner: web.AppRunner | None = None
 
     @web.middleware
     async def _authorize(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if request.path in PUBLIC_PATHS:
+        if request.path in PUBLIC_PATHS or webconsole.public(request.path):
             return await handler(request)
         tokens = self.tokens
         if tokens is None:

@@ -4,6 +4,8 @@ token-protected like ``/staged`` (refused with 403 when the bridge has no token 
     GET  /dlq                                   candidate dead-letter queues and their counts
     GET  /dlq/{queue}/count?selector=           how many match
     GET  /dlq/{queue}/messages?selector=&limit=&body=true   metadata (and bodies)
+    GET  /dlq/{queue}/summary?selector=         how many match, by reason and by original
+                                                destination
     POST /dlq/{queue}/purge?selector=&limit=&all=true
     POST /dlq/{queue}/replay?selector=&limit=&to=
     POST /dlq/{queue}/move?to=&selector=&limit=
@@ -17,6 +19,7 @@ Each call runs on a connection of its own in a worker thread.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 
 from aiohttp import web
@@ -29,6 +32,7 @@ from policies.naming import queue_name
 from policies.selector import HeaderMap
 
 PATHS = ("/dlq",)
+UNKNOWN = "(unknown)"  # a dead letter that does not say why, or where it was going
 
 
 class DeadLetterRoutes:
@@ -46,6 +50,7 @@ class DeadLetterRoutes:
             web.get("/dlq", self.listing),
             web.get("/dlq/{queue}/count", self.count),
             web.get("/dlq/{queue}/messages", self.messages),
+            web.get("/dlq/{queue}/summary", self.summary),
             web.post("/dlq/{queue}/{operation:purge|replay|move}", self.change),
         ])
 
@@ -109,6 +114,25 @@ class DeadLetterRoutes:
                 return _no_queue(queue)
             entries = ops.browse(tools, queue, picker, limit=limit)
             return web.json_response([e.as_dict(body=body) for e in entries])
+
+        return await self._run(work)
+
+    async def summary(self, request: web.Request) -> web.Response:
+        queue = request.match_info["queue"]
+
+        def work(tools: QueueTools) -> web.Response:
+            picker = self._picker(request)
+            if tools.size(queue) is None:
+                return _no_queue(queue)
+            reasons: Counter[str] = Counter()
+            destinations: Counter[str] = Counter()
+            for entry in ops.browse(tools, queue, picker, limit=None):
+                reasons[entry.info.reason or UNKNOWN] += 1
+                destinations[entry.info.original_destination or UNKNOWN] += 1
+            return web.json_response({
+                "queue": queue, "count": reasons.total(),
+                "by_reason": dict(reasons.most_common()),
+                "by_destination": dict(destinations.most_common())})
 
         return await self._run(work)
 

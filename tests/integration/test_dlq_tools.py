@@ -476,6 +476,15 @@ def test_admin_api(broker: Broker, tools: QueueTools, tmp_path: Path) -> None:
             entries = await got.json()
             assert [e["original_id"] for e in entries] == [f"{run}-1", f"{run}-3"]
             assert entries[0]["body"] == "body 1" and entries[0]["original_destination"] == a
+            summary = await client.get(f"/dlq/{dlq}/summary", headers=bearer)
+            assert await summary.json() == {
+                "queue": dlq, "count": 4, "by_reason": {"MQRC_BACKOUT_THRESHOLD_REACHED": 4},
+                "by_destination": {a: 4}}
+            summary = await client.get(f"/dlq/{dlq}/summary", params=eu, headers=bearer)
+            assert (await summary.json())["count"] == 2
+            if broker.name == "rabbitmq":  # (ActiveMQ answers for any name: an empty queue)
+                missing = await client.get(f"/dlq/{dlq}-none/summary", headers=bearer)
+                assert missing.status == 404
             count = await client.get(f"/dlq/{dlq}/count", params=eu, headers=bearer)
             assert (await count.json())["count"] == 2
             bad = await client.get(f"/dlq/{dlq}/count", params={"selector": "a >> 1"},
