@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--upto", metavar="N", type=int, default=None,
                       help="show failures 1..N (default: until the policy settles)")
     show.add_argument("--json", action="store_true", help="JSON instead of text")
+    show.add_argument("--broker", choices=BROKERS, default=None)
+    show.add_argument("--upstream-amqp", metavar="amqp://USER:PASS@HOST:PORT/VHOST",
+                      help="RabbitMQ: the vhost of the queue whose arguments are read")
+    show.add_argument("--upstream-management", metavar="http://USER:PASS@HOST:PORT",
+                      help="RabbitMQ's management API: read the queue's own delayed-retry "
+                           "arguments, which win over the configured patterns")
     dlq.add_parser(commands, _connection_flags, _Parser)
     report = commands.add_parser(
         "report", help="per destination and hour, from the event journal: Parquet tables and an "
@@ -196,10 +202,12 @@ def _scan_flag(parser: argparse.ArgumentParser) -> None:
 def _policy(ns: argparse.Namespace, settings: Settings) -> int:
     """``jms-bridge policy show``: what a configuration does before anyone relies on it."""
     from bridge.app.policies import policy_report, render_policy
+    from bridge.app.queue_policies import declared_policies
 
     if ns.upto is not None and not 1 <= ns.upto <= 1000:
         raise ConfigError(f"--upto: expected 1 to 1000, got {ns.upto}")
-    report = policy_report(settings.redelivery, ns.destination, user=ns.user, upto=ns.upto)
+    report = policy_report(settings.redelivery, ns.destination, user=ns.user, upto=ns.upto,
+                           declared=declared_policies(settings))
     print(render_policy(report, as_json=ns.json))
     return 0
 

@@ -5,11 +5,12 @@ it; and the patterns of a configuration that can never match, said at start."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from policies.errors import ConfigError
 from policies.naming import QUEUE, named, pattern_problem
-from policies.redelivery import PolicyTable, describe
+from policies.redelivery import Policy, PolicyTable, describe
 
 if TYPE_CHECKING:
     from bridge.app.config import Settings
@@ -28,9 +29,11 @@ BROKER_HANDLES = {
 
 def policy_report(
     table: PolicyTable, destination: str, *, user: str | None = None, upto: int | None = None,
+    declared: Callable[[str], Policy | None] | None = None,
 ) -> dict[str, Any]:
     """The report of ``destination`` in any form the broker takes; a ConfigError for a form it
-    does not."""
+    does not. ``declared``: the policy a queue's own arguments declare (by its name), which
+    wins over the configured patterns."""
     broker = table.broker
     canonical = named(destination, broker)
     if canonical is None:
@@ -38,6 +41,11 @@ def policy_report(
         raise ConfigError(f"{destination!r}: {why}")
     pattern, policy = table.lookup(destination, user)
     applied = canonical.kind == QUEUE
+    source = "default" if pattern is None else "pattern"
+    if declared is not None and applied and not canonical.scope:
+        own = declared(canonical.name)
+        if own is not None:
+            pattern, policy, source = None, own, "queue arguments"
     return {
         "destination": destination,
         "broker": broker,
@@ -46,6 +54,7 @@ def policy_report(
         "name": canonical.name,
         "user": user,
         "pattern": pattern,
+        "source": source,
         "applied": applied,
         "dialect": policy.dialect,
         "policy": policy.text,
@@ -72,7 +81,9 @@ def render_policy(report: dict[str, Any], *, as_json: bool = False) -> str:
                 f"to {article} {report['kind']} subscriber's failed deliveries (only a queue's: "
                 f"a copy put back on a topic would reach every subscriber){matched}\n"
                 f"  {report['broker_handles']}")
-    matched = (f"pattern {report['pattern']}" if report["pattern"] is not None
+    matched = (f"from the queue's arguments {report['policy']}"
+               if report.get("source") == "queue arguments"
+               else f"pattern {report['pattern']}" if report["pattern"] is not None
                else "no pattern matches: JMSJCA's default")
     lines = [
         f"{report['destination']}{who}: {what}: {matched}",

@@ -22,6 +22,7 @@ from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal, new_counters
 from bridge.app.metrics import Metrics, WriterCollector
 from bridge.app.policies import pattern_warnings
+from bridge.app.queue_policies import QueuePolicies, from_management
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
 from bridge.app.upstream import BrokerWatch
@@ -89,6 +90,14 @@ def target_checks(settings: Settings) -> TargetChecks:
 
     own = staging_broker(settings)  # never connected: only asked what the staging send covers
     return TargetChecks(probe, needs_probe=lambda destination: not own.staging_checks(destination))
+
+
+def queue_policies(settings: Settings) -> QueuePolicies | None:
+    """Where the policies queues declare in their arguments are read: RabbitMQ's management
+    API, when the bridge has it (ActiveMQ queues have no arguments)."""
+    if settings.broker != "rabbitmq" or settings.upstream_management is None:
+        return None
+    return from_management(settings.upstream_management, bridge_amqp(settings).vhost)
 
 
 def delay_config(settings: Settings) -> DelayConfig:
@@ -240,6 +249,7 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
             sinks=[FailureTally(metrics.relay.redeliveries, metrics.relay.dead_letters),
                    LogSink(logs.get("redelivery")), *recorders],
             count_first=settings.first_delivery_count,
+            queue_policies=queue_policies(settings),
         ),
         ExpiryStamp(),  # last: a delayed send's staged copy carries its expiry itself
     ])

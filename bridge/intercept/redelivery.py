@@ -12,28 +12,35 @@ The delivery count travels with the message: every copy carries ``jms-bridge-del
 ``JMSXDeliveryCount``. Where the broker redelivered on its own (the bridge went away holding
 the upstream connection), its signals are added: RabbitMQ quorum queues' ``x-delivery-count``,
 else the ``redelivered`` flag as one more.
+
+A queue that declares its own schedule (RabbitMQ 4.3 / LavinMQ ``x-delayed-retry-*``
+arguments, ``policies.redelivery.queue_args``) gets it from ``queue_policies``, over any
+configured pattern: the application declared it for that very queue. A queue whose arguments
+were never read holds the failure (``Hold``) while they are.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Final, Protocol
 
 from adapters.base import PER_DELIVERY, StagedFormat
 from bridge.intercept.chain import Interceptor, Interest
 from bridge.intercept.clock import wall_ms_ceil
-from bridge.intercept.decisions import RELAY, Copy, Decision, Replace, Stamp
-from bridge.intercept.views import Delivery, Settle, Settlement
+from bridge.intercept.decisions import RELAY, Copy, Decision, Hold, Replace, Stamp
+from bridge.intercept.views import Delivery, Principal, Settle, Settlement, Subscribe
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, Outcome, Sink
 from policies.delay import matches
-from policies.naming import is_queue
+from policies.naming import QUEUE, is_queue, named
 from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED
 from policies.redelivery import (
     Delete,
     Move,
+    Policy,
     PolicyTable,
     Redeliver,
     Undelivered,
@@ -73,6 +80,27 @@ def consumed_from(delivery: Delivery, broker: str) -> str | None:
     return None
 
 
+class Pending:
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+PENDING: Final = Pending()  # a queue whose arguments were never read
+
+
+class QueuePolicySource(Protocol):
+    """Policies queues declare in their arguments (``bridge.app.queue_policies``)."""
+
+    def policy_of(self, vhost: str | None, queue: str) -> Policy | None | Pending:
+        """Never blocks: PENDING when the queue's arguments are not known yet."""
+
+    def check(self, vhost: str | None, queue: str) -> Awaitable[None]:
+        """Read the queue's arguments, so that ``policy_of`` knows them."""
+
+    def warm(self, vhost: str | None, queue: str) -> None:
+        """Start reading them in the background unless they are known (a consumer came)."""
+
+
 # TIBCO's form of a destination (Queue[orders]): kept here under its old name.
 jms_destination = envelope.jms_destination
 
@@ -93,8 +121,12 @@ class RedeliveryInterceptor(Interceptor):
         rand: Callable[[], float] = random.random,
         sinks: Sequence[Sink] = (),
         count_first: Sequence[str] = (),
+        queue_policies: QueuePolicySource | None = None,
     ) -> None:
         self.table = table
+        self.queue_policies = queue_policies
+        if queue_policies is not None:  # a consumer's arrival starts the look at its queue
+            self.interest = replace(self.interest, subscribes=True)
         # Destination patterns whose first deliveries carry JMSXDeliveryCount 1 too; any other
         # first delivery goes out as the broker's bytes.
         self.count_first = tuple(count_first)
@@ -118,6 +150,14 @@ class RedeliveryInterceptor(Interceptor):
                 _STAMPS[count] = stamp
         return stamp
 
+    def on_subscribe(self, subscribe: Subscribe) -> Decision:
+        source = self.queue_policies
+        if source is not None:
+            name = _queue_name(subscribe.destination, self.table.broker)
+            if name is not None:
+                source.warm(subscribe.principal.vhost, name)
+        return RELAY
+
     def _counts_first(self, delivery: Delivery) -> bool:
         broker = self.table.broker
         where = consumed_from(delivery, broker) or delivery.destination
@@ -131,6 +171,18 @@ class RedeliveryInterceptor(Interceptor):
                   if (queue := consumed_from(d, broker)) is not None]
         if not failed or len(failed) < len(settle.deliveries):
             return RELAY  # a topic's delivery: the broker's own redelivery applies
+        source = self.queue_policies
+        if source is not None:
+            vhost = settle.principal.vhost
+            for _, queue in failed:
+                name = _queue_name(queue, broker)
+                # A rolled-back STOMP transaction cannot be offered again: it takes the
+                # configured policy if the look its consumer's arrival started is not done.
+                if (name is not None and settle.outcome is not Settlement.ROLLBACK
+                        and source.policy_of(vhost, name) is PENDING):
+                    check, wanted = source.check, name
+                    return Hold(("queue arguments", vhost, wanted),
+                                lambda: check(vhost, wanted))
         now = self.clock()
         outcomes: list[Outcome] = []
         copies = tuple(c for d, queue in failed
@@ -144,7 +196,7 @@ class RedeliveryInterceptor(Interceptor):
     ) -> Copy | None:
         """``queue``: where ``d`` was consumed from (:func:`consumed_from`)."""
         failures = delivery_count(d.headers)
-        pattern, policy = self.table.lookup(queue, settle.principal.login)
+        policy = self.policy(queue, settle.principal)
         action = decide(policy, failures, queue, d.headers, self.rand())
         headers = {n: v for n, v in d.headers.items() if n not in _NOT_COPIED}
         original_id = (headers.get(envelope.MESSAGE_ID) or headers.get("amqp-message-id")
@@ -191,6 +243,17 @@ class RedeliveryInterceptor(Interceptor):
                                 size=d.body_size))
         return Copy(d.ack_id, where, _left(headers, expires_ms, now))
 
+    def policy(self, queue: str, principal: Principal) -> Policy:
+        """``queue``'s policy: the one its arguments declare, else the configured table's."""
+        source = self.queue_policies
+        if source is not None:
+            name = _queue_name(queue, self.table.broker)
+            if name is not None:
+                declared = source.policy_of(principal.vhost, name)
+                if isinstance(declared, Policy):
+                    return declared
+        return self.table.lookup(queue, principal.login)[1]
+
     def _staged(self, d: Delivery, queue: str, headers: dict[str, str], due_ms: int, now: int,
                 expires_ms: int | None) -> Copy:
         """A delayed redelivery: staged exactly like a delayed send, back to its queue, with
@@ -203,6 +266,14 @@ class RedeliveryInterceptor(Interceptor):
         )
         staged.append((envelope.DELIVERY_COUNT, headers[envelope.DELIVERY_COUNT]))
         return Copy(d.ack_id, staging, tuple(staged))
+
+
+def _queue_name(destination: str, broker: str) -> str | None:
+    """The broker's name of the queue ``destination`` names (None: not a plain queue)."""
+    found = named(destination, broker)
+    if found is None or found.kind != QUEUE or found.scope:
+        return None
+    return found.name
 
 
 def _left(headers: dict[str, str], expires_ms: int | None, now: int) -> tuple[tuple[str, str], ...]:

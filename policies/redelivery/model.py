@@ -114,12 +114,14 @@ class Backoff:
     """Redeliver after ``initial_ms * multiplier ** (k - 1)``, capped at ``max_ms``, spread by
     ``jitter`` (a fraction, see :func:`policies.backoff.backoff_ms`), for the k-th failure of its
     step; never more than :data:`MAX_WAIT_MS`. ``Backoff(1000)`` is a fixed delay of one
-    second."""
+    second. ``linear``: ``initial_ms * k`` instead (the queue-argument schedules of RabbitMQ
+    4.3 and LavinMQ), capped the same way; ``multiplier`` and ``jitter`` do not apply."""
 
     initial_ms: int
     multiplier: float = 1.0
     max_ms: int | None = None
     jitter: float = 0.0
+    linear: bool = False
 
     def __post_init__(self) -> None:
         if self.initial_ms < 0:
@@ -133,6 +135,9 @@ class Backoff:
 
     def delay_ms(self, attempt: int, rand: float) -> int:
         """The wait for the ``attempt``-th failure of this step (1 = its first)."""
+        if self.linear:
+            cap = MAX_WAIT_MS if self.max_ms is None else min(self.max_ms, MAX_WAIT_MS)
+            return min(self.initial_ms * attempt, cap)
         return backoff_ms(
             attempt,
             initial_ms=self.initial_ms,
@@ -145,7 +150,8 @@ class Backoff:
     @property
     def grows(self) -> bool:
         """Whether later failures can wait longer than earlier ones."""
-        return self.multiplier > 1.0 and self.initial_ms > 0 and self.max_ms != self.initial_ms
+        return ((self.multiplier > 1.0 or self.linear) and self.initial_ms > 0
+                and self.max_ms != self.initial_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from bridge.frontends.amqp.stamping import Stamper
 from bridge.frontends.amqp.tables import wire_keys
 from bridge.frontends.stats import RelayStats
 from bridge.intercept.chain import Chain
-from bridge.intercept.decisions import RELAY, Refuse, Replace, Stamp
+from bridge.intercept.decisions import RELAY, Hold, Refuse, Replace, Stamp
 from bridge.intercept.views import Principal, Subscribe
 
 # How long a replacement may take (copies confirmed) before the link gives up and closes the
@@ -131,6 +131,9 @@ class ConsumerSide:
         later frames wait); returns what goes to the client then. TimeoutError when the
         broker did not confirm in time."""
         decision = self.chain.on_settle(failure.settle)
+        while isinstance(decision, Hold):  # a look at the broker first (a queue's arguments)
+            await decision.check()
+            decision = self.chain.on_settle(failure.settle)
         if isinstance(decision, Replace) and self.conn.own_channel is None:
             # A broker that allows one channel leaves none for the copies: the broker's own
             # redelivery applies, as without the bridge.

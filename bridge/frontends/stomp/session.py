@@ -383,20 +383,21 @@ class Session:
         if command == "UNSUBSCRIBE":  # its subscription's unsettled deliveries fail first
             left = consumers.unsubscribing(frame, self.principal)
             decision = RELAY if left is None else chain.on_settle(left)
-            if not isinstance(decision, Replace):
+            if not isinstance(decision, Replace | Hold):
                 consumers.unsubscribed(frame)
             return decision
         if command == "DISCONNECT":  # leaving with deliveries unsettled fails them
             if self._left:  # offered already: it comes again once the copies are confirmed
                 return RELAY
-            self._left = True
             lost = consumers.lost(self.principal)
-            return RELAY if lost is None else chain.on_settle(lost)
+            decision = RELAY if lost is None else chain.on_settle(lost)
+            self._left = not isinstance(decision, Hold)  # held: offered again after the look
+            return decision
         settle = consumers.settle(frame, self.version, self.principal)
         if settle is None:
             return RELAY
         decision = chain.on_settle(settle)
-        if not isinstance(decision, Replace) and settle.outcome is Settlement.NACK:
+        if not isinstance(decision, Replace | Hold) and settle.outcome is Settlement.NACK:
             consumers.forget(settle.deliveries)  # the broker has them back
         return decision
 
@@ -602,6 +603,10 @@ class Session:
         if settle is None:
             return Output(close="the client went away")
         decision = self.chain.on_settle(settle)
+        if isinstance(decision, Hold):
+            # The client is gone, nothing can wait for a look at the broker: its deliveries are
+            # left to the broker, which requeues them when the upstream connection closes.
+            decision = RELAY
         out = Output()
         if isinstance(decision, Replace):
             self._replace(decision, None, out)
