@@ -45,6 +45,7 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # Refused without a token file: they show or change messages.
 PROTECTED = ("/staged", "/dlq")
+WARNING_HEADER = "X-Jms-Bridge-Warning"  # on GET /staged: messages that may be missing
 NO_TOKEN = ("the staged-message and dead-letter endpoints need an admin token: start the bridge "
             "with --admin-token-file FILE (or admin-token-file: in the config file, or "
             "JMS_BRIDGE_ADMIN_TOKEN_FILE), then send Authorization: Bearer <token>")
@@ -234,11 +235,16 @@ class Admin:
             return selector
 
         def work(broker: StagingBroker) -> web.Response:
+            warnings: list[str] = []
             found = list(tools.rows(broker, self.layout, target=target, message_id=message_id,
-                                    scan=scan, selector=selector))
+                                    scan=scan, selector=selector, warnings=warnings))
+            # A running engine that did not answer: what it holds is missing (said in a header,
+            # the body keeps its shape).
+            headers = {WARNING_HEADER: " | ".join(warnings)} if warnings else None
             if _yes(request.query.get("count")):
-                return web.json_response({"count": len(found)})
-            return web.json_response([{**asdict(r), "due": r.due} for r in found])
+                return web.json_response({"count": len(found)}, headers=headers)
+            return web.json_response([{**asdict(r), "due": r.due} for r in found],
+                                     headers=headers)
 
         return await self._with_broker(work)
 

@@ -227,19 +227,24 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     layout = layout_for(broker.format, settings.staging_prefix)
     broker.connect()
     try:
+        warnings: list[str] = []
         if ns.action == "count" and ns.target is None and ns.selector is None:
-            print(tools.count(broker, layout))
+            print(tools.count(broker, layout, warnings=warnings))
+            for warning in warnings:
+                print(warning, file=sys.stderr)
             return 0
         if ns.action in ("list", "count"):
             unseen: dict[str, tuple[int, int]] = {}
             rows = tools.rows(broker, layout, target=ns.target,
                               message_id=getattr(ns, "message_id", None), unseen=unseen,
-                              scan=ns.scan, selector=ns.selector)
+                              scan=ns.scan, selector=ns.selector, warnings=warnings)
             found = _read(rows, broker, layout, quiet=getattr(ns, "json", False))
             if found is None:
                 return EXIT_INTERRUPTED
             if unseen:
                 print(tools.unseen_warning(unseen), file=sys.stderr)
+            for warning in warnings:
+                print(warning, file=sys.stderr)
             if ns.action == "count":
                 print(len(found))
             else:

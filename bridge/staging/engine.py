@@ -30,7 +30,7 @@ import heapq
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import structlog
@@ -203,6 +203,9 @@ class Engine(Settling, OperatorOrders):
         self.catalogue = catalogue
         # List orders the catalogue's reader thread is answering: (reply topic, answer).
         self._listings: list[tuple[str, concurrent.futures.Future[Message]]] = []
+        self._moved: collections.deque[tuple[int, str, Mapping[str, str], int]] = (
+            collections.deque())
+        self._moved_forgotten_ms = -1
         self._restore_orders(clock())
         self._connected = False
         self._connected_at = 0
@@ -378,6 +381,10 @@ class Engine(Settling, OperatorOrders):
         return wait_ms / 1000
 
     def _forget(self) -> None:
+        # What was held goes back to its queue: a listing may have read that queue already.
+        now_ms = self.clock()
+        for held in (*self._held(), *(w.move.held for w in self._pending)):
+            self._let_go(held.queue, held.message.headers, len(held.message.body), now_ms)
         self._connected = False
         self._expiries = None
         self._heap.clear()
@@ -467,6 +474,7 @@ class Engine(Settling, OperatorOrders):
                 item = self._exit(held, dwell, now_ms)
                 if isinstance(item, int):
                     self.broker.put_back(held)
+                    self._let_go(queue, held.message.headers, len(held.message.body), now_ms)
                     looks[queue] = min(item, now_ms + self._recheck_ms)
                     break
                 taken += 1

@@ -9,8 +9,10 @@ import contextlib
 import functools
 import heapq
 import json
+import os
+import socket
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from structlog.typing import FilteringBoundLogger
@@ -21,7 +23,9 @@ from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import DUE, MESSAGE_ID, RETRY_AT, Staged, hop_headers
 from bridge.staging.levels import Layout
 from bridge.staging.orders import (
+    ENGINE,
     EXPIRY_ERROR,
+    MOVED_FORGOTTEN,
     NOTE,
     NOTE_DETAIL,
     NOTE_DUE,
@@ -36,6 +40,13 @@ from bridge.staging.orders import (
 from bridge.staging.outcomes import Kind, Outcome
 from bridge.staging.selection import compile_for, picks
 from policies.errors import InvalidSelector, PutRefused
+
+# How long, and how many, of the messages an engine let go of onto a staging queue it
+# remembers for the listings (``OperatorOrders._let_go``): a listing reading the queues for
+# longer than that is told the engine has forgotten some.
+MOVED_KEEP_MS = 120_000
+MOVED_MAX = 50_000
+_NAME = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class OperatorOrders:
@@ -55,6 +66,10 @@ class OperatorOrders:
     _heap: list[tuple[int, int, Held, Staged]]
     catalogue: Catalogue | None
     _listings: list[tuple[str, concurrent.futures.Future[Message]]]
+    # (when, queue, headers, body size) of each staged copy let go of onto a staging queue,
+    # oldest first; and when the newest one forgotten for room was let go of.
+    _moved: collections.deque[tuple[int, str, Mapping[str, str], int]]
+    _moved_forgotten_ms: int
 
     if TYPE_CHECKING:  # the engine's: the move that releases a held message now
         def _released(self, held: Held, staged: Staged, now_ms: int) -> Work: ...
@@ -79,16 +94,17 @@ class OperatorOrders:
                     self.log.warning("ignored a list order", error=str(error))
                     return
             picked = None if selector is None else functools.partial(picks, selector)
+            rows, reply = self._listed_rows(order, picked, now_ms), order.reply_topic
+            forgotten = (order.moved_ms is not None
+                         and self._moved_forgotten_ms >= now_ms - order.moved_ms)
             if not (order.catalogue and catalogue is not None):
-                self._answers.append((order.reply_topic,
-                                      order.listing(self._held(), picks=picked)))
+                self._answers.append((reply, self._signed(order.answer_rows(rows), forgotten)))
                 return
-            rows, reply = order.held_rows(self._held(), picked), order.reply_topic
 
             def answer(catalogue: Catalogue = catalogue) -> Message:  # on its reader thread
-                return order.answer_rows(rows, catalogue.entries(
+                return self._signed(order.answer_rows(rows, catalogue.entries(
                     now_ms=now_ms, target=order.target, message_id=order.message_id or None,
-                    selector=selector))
+                    selector=selector)), forgotten)
 
             self._listings.append((reply, catalogue.later(answer)))
             return
@@ -161,6 +177,42 @@ class OperatorOrders:
         for message_id, action, until_ms in self.catalogue.remembered(now_ms):
             with contextlib.suppress(ValueError):
                 self._orders.restore(Order(Action(action), message_id, "restored"), until_ms)
+
+    def _listed_rows(
+        self, order: Order, picked: functools.partial[bool] | None, now_ms: int
+    ) -> list[dict[str, object]]:
+        """A list order's rows: what this engine holds (the moves it is about to settle
+        included: settled after this answer, they could land on a queue the listing has
+        read), and what it let go of onto a staging queue within the order's ``moved_ms``."""
+        seen: set[str] = set()
+        rows = order.copy_rows(
+            ((h.queue, h.message.headers, len(h.message.body)) for h in self._held()), picked,
+            seen=seen)
+        rows += order.copy_rows(
+            ((w.move.held.queue, w.move.held.message.headers, len(w.move.held.message.body))
+             for w in self._pending if w.staged is not None), picked, seen=seen)
+        if order.moved_ms is not None:
+            since = now_ms - order.moved_ms
+            rows += order.copy_rows(
+                ((queue, headers, size) for at, queue, headers, size in reversed(self._moved)
+                 if at >= since), picked, seen=seen, moved=True)
+        return rows
+
+    @staticmethod
+    def _signed(answer: Message, forgotten: bool) -> Message:
+        answer.headers[ENGINE] = _NAME
+        if forgotten:
+            answer.headers[MOVED_FORGOTTEN] = "1"
+        return answer
+
+    def _let_go(self, queue: str, headers: Mapping[str, str], size: int, now_ms: int) -> None:
+        """Remember a staged copy this engine let go of onto a staging queue (a hop, a retry,
+        a head put back, a copy given back as the connection went), for the listings: one
+        that read that queue before the copy came would not see it otherwise."""
+        moved = self._moved
+        moved.append((now_ms, queue, headers, size))
+        while moved and (len(moved) > MOVED_MAX or moved[0][0] < now_ms - MOVED_KEEP_MS):
+            self._moved_forgotten_ms = moved.popleft()[0]
 
     def _held(self) -> Iterator[Held]:
         """Every staged message the engine holds between steps."""

@@ -11,7 +11,8 @@ leaves it on the staging queues, tried again later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge.staging.engine_work import Work, WorkKind
@@ -87,6 +88,10 @@ class Settling:
     _answers: list[tuple[str, Message]]
     _failures: int
     _settled_since_connect: bool
+
+    if TYPE_CHECKING:  # the orders part's: a copy let go of onto a staging queue
+        def _let_go(self, queue: str, headers: Mapping[str, str], size: int,
+                    now_ms: int) -> None: ...
 
     def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> Work:
         """An unreadable staged message is kept for a person to look at, not dropped (with
@@ -236,6 +241,9 @@ class Settling:
                     outcomes.append(w.noted)
                 continue
             if kind in _ENTERS_LEVEL:
+                if w.queue and w.move.message is not None:
+                    self._let_go(w.queue, w.move.message.headers, len(w.move.message.body),
+                                 now_ms)
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.

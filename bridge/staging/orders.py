@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import json
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,6 +39,13 @@ DONE = PREFIX + "done"  # on an answer: what was done ("cancelled", "released")
 CATALOGUE = PREFIX + "catalogue"
 SELECTOR = PREFIX + "selector"  # on a LIST order: only the messages this JMS selector selects
 ORDER_DUE = PREFIX + "order-due"  # on a RESCHEDULE order: the new due time, epoch ms
+# On a LIST order: also answer with the messages you let go of onto a staging queue (hops,
+# retries, heads put back, reschedules) this many ms before you answer: a listing that read
+# that queue before the message entered it would otherwise miss it.
+MOVED_WITHIN = PREFIX + "moved-within"
+# On a LIST answer: "1" when the engine no longer remembers every such move of that time.
+MOVED_FORGOTTEN = PREFIX + "moved-forgotten"
+ENGINE = PREFIX + "engine"  # on a LIST answer: which engine answered (host:pid)
 # On a rescheduled copy: the order that made it (that order is not carried out on it again).
 RESCHEDULED_BY = PREFIX + "rescheduled-by"
 # A tool's note on the ready queue of what it did itself to a staged message (an event kind:
@@ -77,15 +84,16 @@ class Order:
     catalogue: bool = False  # LIST: from the engine's staged catalogue too
     selector: str | None = None  # LIST: only the messages it selects (a JMS selector)
     due_ms: int | None = None  # RESCHEDULE: the new due time
+    moved_ms: int | None = None  # LIST: with the messages moved within this many ms
 
     @classmethod
     def new(
         cls, action: Action, message_id: str, reply_topic: str | None, *,
         target: str | None = None, catalogue: bool = False, selector: str | None = None,
-        due_ms: int | None = None,
+        due_ms: int | None = None, moved_ms: int | None = None,
     ) -> Order:
         return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue,
-                   selector, due_ms)
+                   selector, due_ms, moved_ms)
 
     @classmethod
     def of_message(cls, message: Message) -> Order:
@@ -115,9 +123,11 @@ class Order:
         due = headers.get(ORDER_DUE)
         if action is Action.RESCHEDULE and not (due and due.isascii() and due.isdigit()):
             raise ValueError(f"a reschedule order needs {ORDER_DUE} (epoch ms)")
+        moved = headers.get(MOVED_WITHIN, "")
         return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,
                    headers.get(TARGET) or None, headers.get(CATALOGUE) == "1",
-                   headers.get(SELECTOR) or None, int(due) if due else None)
+                   headers.get(SELECTOR) or None, int(due) if due else None,
+                   int(moved) if moved.isascii() and moved.isdigit() else None)
 
     def headers(self) -> dict[str, str]:
         headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
@@ -131,6 +141,8 @@ class Order:
             headers[SELECTOR] = self.selector
         if self.due_ms is not None:
             headers[ORDER_DUE] = str(self.due_ms)
+        if self.moved_ms is not None:
+            headers[MOVED_WITHIN] = str(self.moved_ms)
         return headers
 
     def message(self) -> Message:
@@ -138,7 +150,7 @@ class Order:
 
     def listing(
         self, held: Iterable[Held], catalogued: Sequence[Entry] | None = None,
-        picks: Callable[[dict[str, str]], bool] | None = None,
+        picks: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> Message:
         """A LIST order's answer: the held staged messages it asks for, and ``catalogued``
         (the engine's catalogue's rows, when asked and kept), as JSON rows (what ``jms-bridge
@@ -146,13 +158,24 @@ class Order:
         return self.answer_rows(self.held_rows(held, picks), catalogued)
 
     def held_rows(
-        self, held: Iterable[Held], picks: Callable[[dict[str, str]], bool] | None = None
+        self, held: Iterable[Held], picks: Callable[[Mapping[str, str]], bool] | None = None
     ) -> list[dict[str, object]]:
         """The rows of the held staged messages this LIST order asks for (``picks``: its
         compiled selector, over a staged copy's headers)."""
+        return self.copy_rows(((h.queue, h.message.headers, len(h.message.body)) for h in held),
+                              picks)
+
+    def copy_rows(
+        self, copies: Iterable[tuple[str, Mapping[str, str], int]],
+        picks: Callable[[Mapping[str, str]], bool] | None = None, *, seen: set[str] | None = None,
+        moved: bool = False,
+    ) -> list[dict[str, object]]:
+        """``held_rows`` of staged copies given as (queue, headers, body size), each message
+        once (``seen``: message ids already given, added to). ``moved``: copies let go of
+        onto ``queue`` (their rows say so: a count has counted them there, or not)."""
         rows: list[dict[str, object]] = []
-        for h in held:
-            headers = h.message.headers
+        seen = set() if seen is None else seen
+        for queue, headers, size in copies:
             message_id, target = headers.get(MESSAGE_ID), headers.get(TARGET)
             if message_id is None or target is None:
                 continue
@@ -160,14 +183,15 @@ class Order:
                 self.target and target != self.target
             ):
                 continue
-            if picks is not None and not picks(headers):
+            if message_id in seen or (picks is not None and not picks(headers)):
                 continue
             try:
                 due_ms = int(headers.get(DUE, ""))
             except ValueError:
                 continue
+            seen.add(message_id)
             rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
-                         "size": len(h.message.body), "queue": h.queue})
+                         "size": size, "queue": queue, **({"moved": 1} if moved else {})})
         return rows
 
     def answer_rows(

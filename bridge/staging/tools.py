@@ -41,7 +41,9 @@ from bridge.staging.selection import compile_for, picks
 from bridge.staging.orders import (
     CANCEL_LEAD_MS,
     CATALOGUE,
+    ENGINE,
     EXPIRY_ERROR,
+    MOVED_FORGOTTEN,
     NOTE,
     NOTE_DETAIL,
     NOTE_DUE,
@@ -64,6 +66,9 @@ PATIENCE_S = 8.0
 # next poll: within milliseconds when idle, later while it settles a burst. (So does an engine
 # asked for what it holds.)
 ANSWER_S = 2.0
+# Added to the time a listing asks the engines to remember their moves for: the engines'
+# clocks and the tool's do not tick quite alike.
+MOVED_MARGIN_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +102,20 @@ def rows(
     unseen: dict[str, tuple[int, int]] | None = None,
     scan: bool = False,
     selector: str | None = None,
+    warnings: list[str] | None = None,
 ) -> Iterator[Row]:
     """The staged messages on the staging queues, and those the running engines hold where the
     broker does not show them (each once); or, unless ``scan``, what the running engines
     answer from their staged catalogues when every one keeps one. ``unseen`` gets the queues
     whose browse showed fewer messages than the broker counts on them: queue -> (shown,
     counted). ``selector``: only the messages this JMS selector selects, over their own
-    headers (``bridge.staging.selection``); InvalidSelector when it does not parse."""
+    headers (``bridge.staging.selection``); InvalidSelector when it does not parse.
+    ``warnings`` gets what an operator must know of messages that may be missing: a running
+    engine that did not answer in time, one that forgot some of what it moved meanwhile.
+
+    The queues are read in the order messages move through them (``scan_order``), and the
+    engines are asked last, for what they hold and what they let go of onto a staging queue
+    since the reading began: a message moving meanwhile is listed (once) wherever it went."""
     compiled = None if selector is None else compile_for(selector, broker.format.broker)
     if not scan:
         catalogued = catalogued_rows(broker, layout, target=target, message_id=message_id,
@@ -112,30 +124,34 @@ def rows(
             yield from catalogued
             return
     seen: set[str] = set()
+    started = time.monotonic()
     for row in _queued_rows(broker, layout, target=target, message_id=message_id,
                             unseen=unseen, selector=compiled):
-        seen.add(row.message_id)
-        yield row
-    if broker.sees_held:
-        return
+        if row.message_id not in seen:
+            seen.add(row.message_id)
+            yield row
     for row in held_rows(broker, layout, target=target, message_id=message_id,
-                         wait_s=answer_s, selector=selector):
+                         wait_s=answer_s, selector=selector, since=started,
+                         warnings=warnings):
         if row.message_id not in seen:
             seen.add(row.message_id)
             yield row
 
 
-def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) -> int:
+def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S,
+          warnings: list[str] | None = None) -> int:
     """How many staged copies wait: the broker's own count of each staging queue (one request
     per queue, however many are pending), plus those the running engines hold where the broker
     does not count them (RabbitMQ's unacknowledged messages). Unlike ``rows`` it reads no
     message, so a duplicate a crash left counts twice; ``rows`` (``--target``) counts it once.
     Reading every message takes time in proportion to the number pending (docs/benchmarks.md:
-    over half an hour at 10 million on RabbitMQ)."""
-    total = sum(broker.depths(layout.queues).values())
-    if not broker.sees_held:
-        total += len(held_rows(broker, layout, target=None, message_id=None, wait_s=answer_s))
-    return total
+    over half an hour at 10 million on RabbitMQ). A message moving between two queues while
+    they are counted may count twice, never zero times (``rows``)."""
+    started = time.monotonic()
+    total = sum(broker.depths(scan_order(layout)).values())
+    held = held_rows(broker, layout, target=None, message_id=None, wait_s=answer_s,
+                     since=started, warnings=warnings, visible=broker.sees_held)
+    return total + len(held)
 
 
 def catalogued_rows(
@@ -184,22 +200,58 @@ def _internal(row: Row, layout: Layout) -> bool:
 
 def held_rows(
     broker: StagingBroker, layout: Layout, *, target: str | None, message_id: str | None,
-    wait_s: float, selector: str | None = None,
+    wait_s: float, selector: str | None = None, since: float | None = None,
+    warnings: list[str] | None = None, visible: bool = False,
 ) -> list[Row]:
-    """What the running engines hold, from their answers to a list order: it waits for one
-    answer per consumer of the ready queue (each engine has one), up to ``wait_s``."""
-    engines = broker.consumers(layout.ready)
-    if not engines:
-        return []
-    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
-                      selector=selector)
-    found: list[Row] = []
-    for answer in _ask(broker, layout, order, wait_s, answers=engines):
+    """What the running engines hold, from their answers to a list order, and (``since``:
+    a ``time.monotonic()``) what they let go of onto a staging queue since then: it waits for
+    one answer per consumer of the ready queue (each engine has one), up to ``wait_s``, and
+    says in ``warnings`` how many did not answer. ``visible``: leave out what they hold on
+    the queues the broker shows (a count has counted it), keep what they moved."""
+    engines: list[int] = []
+
+    def running() -> int:
         try:
-            found += map(Row.of, rows_of(answer.body))
+            engines.append(broker.consumers(layout.ready))
+        except (BrokerUnavailable, Refused):
+            engines.append(0)
+        return engines[-1]
+
+    # RabbitMQ counts the engines at once; ActiveMQ's statistics plugin may not answer a user
+    # it is not for (a 10 s wait), so there it is asked once an engine has answered.
+    if not broker.sees_held and running() == 0:
+        return []
+    # The engines' memory of moves must reach back to the start of the reading, when the
+    # answer is made (up to ``wait_s`` after the order is sent).
+    moved_ms = (None if since is None
+                else round((time.monotonic() - since + wait_s) * 1000) + MOVED_MARGIN_MS)
+    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
+                      selector=selector, moved_ms=moved_ms)
+    answers = _ask(broker, layout, order, wait_s, answers=engines[-1] if engines else running,
+                   quiet=broker.sees_held)
+    found: list[Row] = []
+    forgot: list[str] = []
+    for answer in answers:
+        if MOVED_FORGOTTEN in answer.headers:
+            forgot.append(answer.headers.get(ENGINE, "?"))
+        try:
+            found += (Row.of(r) for r in rows_of(answer.body) if not visible or r.get("moved"))
         except (KeyError, ValueError) as error:
             structlog.get_logger("staging.tools").warning("ignored a bad list answer",
                                                           error=str(error))
+    if warnings is not None:
+        counted = engines[-1] if engines else (running() if not answers else 0)
+        if len(answers) < counted:
+            names = ", ".join(sorted(a.headers.get(ENGINE, "?") for a in answers)) or "none"
+            warnings.append(
+                f"warning: {counted - len(answers)} of the {counted} running staging engines "
+                f"did not answer within {wait_s:g} s (answered: {names}); the messages they "
+                "hold are not listed or counted here")
+        if forgot:
+            warnings.append(
+                f"warning: the staging engine(s) {', '.join(sorted(forgot))} no longer remember "
+                "every message they moved while this read the staging queues; a message moved "
+                "then may be missing here")
     return found
 
 
@@ -221,7 +273,7 @@ def _queued_rows(
         except (BrokerUnavailable, Refused) as error:  # a user the statistics are not for
             structlog.get_logger("staging.tools").debug(
                 "cannot compare with the broker's counts", error=str(error))
-    for queue in layout.queues:
+    for queue in scan_order(layout):
         shown = 0
         for message in broker.browse(queue):
             shown += 1
@@ -240,6 +292,15 @@ def _queued_rows(
                 yield row
         if unseen is not None and shown < counted.get(queue, 0):
             unseen[queue] = (shown, counted[queue])
+
+
+def scan_order(layout: Layout) -> tuple[str, ...]:
+    """The staging queues in the order messages move through them: the longest level first,
+    the ready queue last. A message only hops to a shorter level or the ready queue, its new
+    copy confirmed before the old one is acknowledged, so a listing that reads in this order
+    meets a message moving during it at least once: in the queue it left or in the one it
+    entered, read later."""
+    return (*(q for _, q in reversed(layout.levels)), layout.ready)
 
 
 def unseen_warning(unseen: dict[str, tuple[int, int]]) -> str:

@@ -141,3 +141,14 @@ def test_a_listing_the_broker_cuts_short_names_the_queues_and_what_it_did_not_sh
         assert (shown, counted) == (2, 5)
         warning = tools.unseen_warning(unseen)
         assert "2 of the 5 messages" in warning and queue in warning
+
+
+def test_the_listing_reads_the_queues_in_the_order_messages_move_through_them() -> None:
+    from bridge.staging.levels import Layout
+    from bridge.staging.tools import scan_order
+
+    for layout in (Layout("jbt-listing"), Layout("jbt-listing", second_levels=True)):
+        order = scan_order(layout)
+        assert order[-1] == layout.ready and set(order) == set(layout.queues)
+        dwells = [layout.dwell_of(q) for q in order[:-1]]
+        assert dwells == sorted(dwells, reverse=True)  # hops go to shorter levels only
