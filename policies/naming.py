@@ -36,6 +36,7 @@ __all__ = [
     "named",
     "pattern_problem",
     "queue_name",
+    "target_forms",
 ]
 
 BROKERS = ("rabbitmq", "activemq")
@@ -194,3 +195,16 @@ def _match_segments(pattern: tuple[str, ...], name: list[str]) -> bool:
     if len(pattern) != len(name):
         return False
     return all(p == "*" or p == n for p, n in zip(pattern, name, strict=True))
+
+
+def target_forms(destination: str, broker: str) -> tuple[str, ...]:
+    """Every way the bridge may have written ``destination`` as a staged message's target: on
+    RabbitMQ the queue ``X`` is ``/queue/X`` from a STOMP SEND and ``/amq/queue/X`` from an
+    AMQP publish, on ActiveMQ ``/queue/X`` or the bare ``X``; a topic or an exchange is only
+    itself."""
+    found = named(destination, broker)
+    if found is None or found.kind != QUEUE or not found.name:
+        return (destination,)
+    if _broker(broker) == "rabbitmq":
+        return (f"/queue/{found.name}", f"/amq/queue/{found.name}")
+    return (f"/queue/{found.name}", found.name)  # ActiveMQ: a bare name is a queue too

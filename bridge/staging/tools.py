@@ -55,6 +55,7 @@ from bridge.staging.orders import (
     rows_of,
 )
 from policies.errors import BridgeError, BrokerUnavailable, PutRefused, Refused
+from policies.naming import target_forms
 from policies.reasons import MQRC_EXPIRY_ERROR
 from policies.selector import Selector
 
@@ -116,6 +117,19 @@ def rows(
     The queues are read in the order messages move through them (``scan_order``), and the
     engines are asked last, for what they hold and what they let go of onto a staging queue
     since the reading began: a message moving meanwhile is listed (once) wherever it went."""
+    # A queue's target however it was written (/queue/X, /amq/queue/X): each message once.
+    listed: set[str] = set()
+    for form in (None,) if target is None else target_forms(target, broker.format.broker):
+        for row in _rows(broker, layout, form, message_id, answer_s, unseen, scan, selector,
+                         warnings):
+            if row.message_id not in listed:
+                listed.add(row.message_id)
+                yield row
+
+
+def _rows(broker: StagingBroker, layout: Layout, target: str | None, message_id: str | None,
+          answer_s: float, unseen: dict[str, tuple[int, int]] | None, scan: bool,
+          selector: str | None, warnings: list[str] | None) -> Iterator[Row]:
     compiled = None if selector is None else compile_for(selector, broker.format.broker)
     if not scan:
         catalogued = catalogued_rows(broker, layout, target=target, message_id=message_id,

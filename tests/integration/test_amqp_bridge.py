@@ -267,3 +267,22 @@ def test_artemis_scheduled_delivery_time_in_a_header_table(
     assert got is not None, amqp_bridge.log()[-2000:]
     assert time.time() >= due - 0.001, "delivered before its _AMQ_SCHED_DELIVERY"
     conn.close()
+
+
+def test_a_staged_publish_is_found_by_its_queue_in_every_form(
+    amqp_bridge: BridgeProcess, amqp_queue: str,
+) -> None:
+    """An AMQP publish's target is written /amq/queue/X; an operator who names the queue as
+    /queue/X (as STOMP clients and the dead-letter tools print it) or X finds it all the same."""
+    conn = _connect(amqp_bridge)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("", amqp_queue, b"later", pika.BasicProperties(
+        message_id="M-forms-1", headers={"x-delay": 600_000}))
+    conn.close()
+    for form in (f"/queue/{amqp_queue}", amqp_queue, f"/amq/queue/{amqp_queue}"):
+        status, body = amqp_bridge.http(f"/staged?target={form}")
+        assert status == 200, body
+        assert [r["message_id"] for r in json.loads(body)] == ["M-forms-1"], form
+    status, _ = amqp_bridge.http("/staged/M-forms-1/cancel", "POST")
+    assert status == 200

@@ -200,3 +200,14 @@ def test_a_tool_takes_a_queue_in_every_form_the_bridge_prints(
 def test_what_names_no_queue_is_refused_saying_why(text: str, broker: str, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         queue_name(text, broker)
+
+
+def test_a_queues_target_forms_are_every_name_the_bridge_may_have_written() -> None:
+    from policies.naming import target_forms
+
+    for given in ("/queue/orders.x", "/amq/queue/orders.x", "orders.x"):
+        assert target_forms(given, "rabbitmq") == ("/queue/orders.x", "/amq/queue/orders.x")
+    for given in ("/queue/orders.x", "orders.x"):
+        assert target_forms(given, "activemq") == ("/queue/orders.x", "orders.x")
+    for other in ("/topic/orders.x", "/exchange/amq.direct/k"):
+        assert target_forms(other, "rabbitmq") == (other,)
