@@ -53,7 +53,7 @@ _OUTCOME = {
     WorkKind.CANCEL: Kind.CANCELLED, WorkKind.EXPIRE: Kind.EXPIRED,
     WorkKind.UNDELIVERABLE: Kind.UNDELIVERABLE, WorkKind.UNDELIVERED: Kind.UNDELIVERED,
     WorkKind.DEAD_LETTERED: Kind.DEAD_LETTERED, WorkKind.DISCARD: Kind.DELETED,
-    WorkKind.RETRY: Kind.RETRIED, WorkKind.KEEP: Kind.KEPT,
+    WorkKind.RETRY: Kind.RETRIED, WorkKind.KEEP: Kind.KEPT, WorkKind.SERIES: Kind.RELEASED,
 }
 _FAILED = {Kind.UNDELIVERABLE: WorkKind.UNDELIVERABLE, Kind.UNDELIVERED: WorkKind.UNDELIVERED,
            Kind.DEAD_LETTERED: WorkKind.DEAD_LETTERED, Kind.DELETED: WorkKind.DISCARD,
@@ -61,6 +61,8 @@ _FAILED = {Kind.UNDELIVERABLE: WorkKind.UNDELIVERABLE, Kind.UNDELIVERED: WorkKin
 # Moves to a dead-letter home: one the broker refuses keeps its message on the staging queues.
 _TO_DEAD_LETTER = frozenset({WorkKind.UNDELIVERABLE, WorkKind.UNDELIVERED, WorkKind.DEAD_LETTERED})
 _RELEASES = frozenset({WorkKind.RELEASE, WorkKind.RELEASE_NOW})
+# Moves that put a message back on a staging queue.
+_REQUEUED = frozenset({WorkKind.HOP, WorkKind.RETRY, WorkKind.KEEP, WorkKind.SERIES})
 
 
 class Settling:
@@ -83,6 +85,8 @@ class Settling:
     _answers: list[tuple[str, Message]]
     _failures: int
     _settled_since_connect: bool
+
+    def _remember(self, key: tuple[str, str], continued: bool) -> None: ...
 
     def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> Work:
         """An unreadable staged message is kept for a person to look at, not dropped (with
@@ -226,7 +230,9 @@ class Settling:
         hops = 0
         for w in work:
             staged, kind = w.staged, w.kind
-            if kind is WorkKind.HOP or kind is WorkKind.RETRY or kind is WorkKind.KEEP:
+            if kind is WorkKind.SERIES and w.series_key is not None:
+                self._remember(w.series_key, True)
+            if kind in _REQUEUED:
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.

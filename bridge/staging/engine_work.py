@@ -29,6 +29,9 @@ class WorkKind(Enum):
     # A broker's dead letter the bridge does not keep (an expiry nothing asked to keep, another
     # reason): acknowledged, as the broker would have dropped it.
     DROP = "drop"
+    # A scheduler series' copy released (``Engine._released_copy``): its staged copy replaced by
+    # the next one, or acknowledged when the series is over.
+    SERIES = "series"
 
 
 @dataclass(slots=True)
@@ -43,3 +46,4 @@ class Work:
     reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
     order: Order | None = None  # the operator's order this carries out, answered once done
     count: int = 1  # RETRY: the retry's number; KEEP: times kept
+    series_key: tuple[str, str] | None = None  # SERIES: which copy of which series

@@ -1,0 +1,115 @@
+"""ActiveMQ's scheduler over STOMP (``AMQ_SCHEDULED_*``) through the bridge, on each real
+broker: a series staged and released by the bridge, never by the broker's own scheduler."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.bridgeproc import BridgeProcess
+from tests.integration.brokers import Broker
+from tests.integration.clients import connect
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def scheduler_bridge(broker: Broker, log_dir: object, *extra: str) -> BridgeProcess:
+    prefix = f"jbt-staging-scheduler-{uuid.uuid4().hex[:8]}"
+    proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
+                         log_dir / f"{broker.name}-{prefix}.log",  # type: ignore[operator]
+                         extra=["--staging-prefix", prefix, *extra])
+    proc.staging_prefix = prefix  # type: ignore[attr-defined]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def sbridge(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+    """A bridge with staging queues of its own (no other bridge releases its series)."""
+    proc = scheduler_bridge(broker, tmp_path_factory.mktemp("scheduler")).start()
+    yield proc
+    assert proc.stop() == 0, proc.log()
+
+
+@pytest.fixture
+def squeue() -> str:
+    return f"jbt-scheduler-{uuid.uuid4().hex[:12]}"
+
+
+def test_delay_period_repeat_delivers_a_series(sbridge: BridgeProcess, broker: Broker,
+                                               squeue: str) -> None:
+    """delay 1000, period 700, repeat 2: three copies, at 1000, 1700 and 2400 ms, each with
+    its own message id and the scheduledJobId of the series."""
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(squeue)
+    conn.subscribe(dest, id="s", ack="auto")
+    sent = now_ms()
+    conn.send(dest, "tick", headers={"AMQ_SCHEDULED_DELAY": "1000",
+                                     "AMQ_SCHEDULED_PERIOD": "700",
+                                     "AMQ_SCHEDULED_REPEAT": "2", "app": "x",
+                                     "receipt": "r-1"})
+    got: list[tuple[int, Any]] = []
+    for _ in range(3):
+        (m,) = inbox.take(1, timeout=10) or [None]
+        assert m is not None, f"only {len(got)} of 3 copies arrived"
+        got.append((now_ms() - sent, m))
+    extra = inbox.quiet(1.5)
+    conn.disconnect()
+    assert extra == [], f"more than 3 copies: {[m.headers for m in extra]}"
+    for (at, m), due in zip(got, (1000, 1700, 2400), strict=True):
+        assert due <= at < due + 2000, f"a copy due at {due} ms came at {at} ms"
+        assert m.body == "tick" and m.headers["app"] == "x"
+        assert not [h for h in m.headers if h.startswith("AMQ_SCHEDULED_")]
+    jobs = {m.headers.get("scheduledJobId") for _, m in got}
+    assert len(jobs) == 1 and None not in jobs, jobs
+    ids = {m.headers["message-id"] for _, m in got}
+    assert len(ids) == 3, ids
+    if broker.name == "rabbitmq":
+        assert len({m.headers["amqp-message-id"] for _, m in got}) == 3
+
+
+def test_repeat_without_delay_starts_at_once(sbridge: BridgeProcess, broker: Broker,
+                                             squeue: str) -> None:
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(squeue)
+    conn.subscribe(dest, id="s", ack="auto")
+    sent = now_ms()
+    conn.send(dest, "r", headers={"AMQ_SCHEDULED_PERIOD": "400", "AMQ_SCHEDULED_REPEAT": "1"})
+    got = inbox.take(2, timeout=10)
+    arrived = now_ms() - sent
+    extra = inbox.quiet(1.0)
+    conn.disconnect()
+    assert len(got) == 2 and extra == []
+    assert 400 <= arrived < 3000
+
+
+@pytest.mark.parametrize(
+    ("headers", "named"),
+    [
+        ({"AMQ_SCHEDULED_PERIOD": "soon", "AMQ_SCHEDULED_REPEAT": "2"}, "AMQ_SCHEDULED_PERIOD"),
+        ({"AMQ_SCHEDULED_PERIOD": "100", "AMQ_SCHEDULED_REPEAT": "-1"}, "AMQ_SCHEDULED_REPEAT"),
+        ({"AMQ_SCHEDULED_CRON": "61 * * * *"}, "AMQ_SCHEDULED_CRON"),
+        ({"AMQ_SCHEDULED_CRON": "every minute"}, "AMQ_SCHEDULED_CRON"),
+    ],
+)
+def test_bad_schedules_are_refused_and_nothing_is_staged(
+    sbridge: BridgeProcess, broker: Broker, squeue: str, headers: dict[str, str], named: str,
+) -> None:
+    dest = broker.queue_destination(squeue)
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    conn.send(dest, "bad", headers={**headers, "AMQ_SCHEDULED_DELAY": "200", "receipt": "r-9"})
+    error = inbox.wait_error(10)
+    assert error is not None
+    assert error.headers["message"].startswith("MQRC_OPTIONS_ERROR")
+    assert named in error.headers["message"]
+    assert error.headers["reason-code"] == "2046"
+    assert error.headers.get("receipt-id") == "r-9"
+    watcher, wbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    watcher.subscribe(dest, id="w", ack="auto")
+    assert wbox.quiet(1.5) == []
+    watcher.disconnect()
