@@ -206,6 +206,7 @@ class Engine(Settling, OperatorOrders):
         self._orders = Orders()
         self._series: collections.OrderedDict[tuple[str, str], bool] = (
             collections.OrderedDict())
+        self._series_batch: set[tuple[str, str]] = set()  # continued by the work being built
         self._answers: list[tuple[str, Message]] = []  # (reply topic, answer) to publish
         self.catalogue = catalogue
         # List orders the catalogue's reader thread is answering: (reply topic, answer).
@@ -647,7 +648,7 @@ class Engine(Settling, OperatorOrders):
         staged_headers_ = held.message.headers
         key = series.key_of(staged_headers_)
         done = self._series.get(key)
-        if done:  # its next copy is staged already: this one is a duplicate
+        if done or key in self._series_batch:  # its next copy is staged (or being staged)
             return Work(WorkKind.DROP, Move(held), staged)
         fmt = self.broker.format
         message = Message(series.as_copy(headers, staged_headers_, fmt.message_id_header),
@@ -662,6 +663,7 @@ class Engine(Settling, OperatorOrders):
                     held, staged.target, message, mandatory=staged.mandatory), staged),
                     refused, now_ms)
             self._remember(key, False)
+        self._series_batch.add(key)
         following = series.next_copy(staged_headers_, now_ms)
         if following is None:
             return Work(WorkKind.SERIES, Move(held), staged, series_key=key)

@@ -85,6 +85,7 @@ class Settling:
     _answers: list[tuple[str, Message]]
     _failures: int
     _settled_since_connect: bool
+    _series_batch: set[tuple[str, str]]
 
     def _remember(self, key: tuple[str, str], continued: bool) -> None: ...
 
@@ -188,6 +189,12 @@ class Settling:
         is settled after it, without a reconnect. A refused hop, invalid, retry or keep move
         means a staging queue is missing: that is taken for an outage (the reconnect declares
         the queues again)."""
+        try:
+            self._settle_work(work, now_ms)
+        finally:
+            self._series_batch.clear()
+
+    def _settle_work(self, work: list[Work], now_ms: int) -> None:
         if any(w.kind is WorkKind.EXPIRE for w in work):
             work = [self._expired(w, now_ms) if w.kind is WorkKind.EXPIRE else w for w in work]
         while work:

@@ -19,10 +19,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def scheduler_bridge(broker: Broker, log_dir: object, *extra: str) -> BridgeProcess:
-    prefix = f"jbt-staging-scheduler-{uuid.uuid4().hex[:8]}"
+def scheduler_bridge(broker: Broker, log_dir: object, *extra: str,
+                     prefix: str | None = None) -> BridgeProcess:
+    prefix = prefix or f"jbt-staging-scheduler-{uuid.uuid4().hex[:8]}"
+    log = f"{broker.name}-{prefix}-{uuid.uuid4().hex[:4]}.log"
     proc = BridgeProcess(broker.name, f"{broker.stomp_host}:{broker.stomp_port}",
-                         log_dir / f"{broker.name}-{prefix}.log",  # type: ignore[operator]
+                         log_dir / log,  # type: ignore[operator]
                          extra=["--staging-prefix", prefix, *extra])
     proc.staging_prefix = prefix  # type: ignore[attr-defined]
     return proc
@@ -113,3 +115,39 @@ def test_bad_schedules_are_refused_and_nothing_is_staged(
     watcher.subscribe(dest, id="w", ack="auto")
     assert wbox.quiet(1.5) == []
     watcher.disconnect()
+
+
+def test_a_bridge_killed_mid_series_loses_no_copy(broker: Broker, squeue: str,
+                                                  tmp_path_factory: pytest.TempPathFactory
+                                                  ) -> None:
+    """The series is on the broker: a bridge killed (SIGKILL) between two copies, and another
+    started on the same staging queues, delivers the rest of the series, each copy once (the
+    one in flight at the kill at most twice)."""
+    logs = tmp_path_factory.mktemp("scheduler-kill")
+    first = scheduler_bridge(broker, logs).start()
+    conn, inbox = connect(first.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(squeue)
+    conn.send(dest, "k", headers={"AMQ_SCHEDULED_DELAY": "500", "AMQ_SCHEDULED_PERIOD": "800",
+                                  "AMQ_SCHEDULED_REPEAT": "5", "receipt": "r-k"})
+    watcher, wbox = connect(broker.stomp_port, broker.user, broker.password)
+    watcher.subscribe(dest, id="w", ack="auto")
+    got = wbox.take(2, timeout=10)
+    assert len(got) == 2
+    assert first.proc is not None
+    first.proc.kill()
+    first.proc.wait()
+    first.stop()
+    time.sleep(1.0)  # a copy comes due while no bridge is there
+    second = scheduler_bridge(broker, logs,
+                              prefix=first.staging_prefix)  # type: ignore[attr-defined]
+    second.start()
+    try:
+        got += wbox.take(4, timeout=15)
+        got += wbox.quiet(2.0)
+    finally:
+        watcher.disconnect()
+        second.stop()
+    ids = [m.headers.get("jms-bridge-message-id") for m in got]
+    assert len(set(ids)) == 6, f"copies delivered: {ids}"
+    assert len(ids) <= 7, f"more than the one in flight duplicated: {ids}"
+    assert len({m.headers["scheduledJobId"] for m in got}) == 1
