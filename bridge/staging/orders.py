@@ -29,6 +29,8 @@ from enum import Enum
 from adapters.base import Held, Message
 from bridge.staging.catalogue import Entry
 from bridge.staging.envelope import DUE, MESSAGE_ID, PREFIX, TARGET
+from bridge.staging.series import JOB as SERIES_JOB
+from bridge.staging.series import summary as series_summary
 
 ORDER = PREFIX + "order"  # "cancel" or "release"
 ORDER_ID = PREFIX + "order-id"  # names the order in its answers
@@ -134,6 +136,8 @@ class Order:
                 continue
             rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
                          "size": len(h.message.body), "queue": h.queue})
+            if SERIES_JOB in headers:
+                rows[-1]["series"] = series_summary(headers)
         return rows
 
     def answer_rows(

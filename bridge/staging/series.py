@@ -122,10 +122,15 @@ def as_copy(released: dict[str, str], staged: Mapping[str, str],
     return released
 
 
-def describe(headers: Mapping[str, str]) -> dict[str, object]:
-    """A series' state for ``staged list``: its job, what remains, its cron entry."""
-    cron = headers.get(CRON)
-    return {"job": headers[JOB], "copy": int(headers.get(NUMBER, "0")),
-            "left_in_run": int(headers.get(LEFT, "0")),
-            "period_ms": int(headers.get(PERIOD, "0")),
-            "cron": cron, "remaining": "until removed" if cron else headers.get(LEFT, "0")}
+def summary(headers: Mapping[str, str]) -> str:
+    """What remains of the series a staged copy belongs to, for ``staged list`` ("" when it is
+    not a copy of one): this copy and how many after it, or its cron entry."""
+    if JOB not in headers:
+        return ""
+    left, period, cron = headers.get(LEFT, "0"), headers.get(PERIOD, "0"), headers.get(CRON)
+    text = f"copy {int(headers.get(NUMBER, '0')) + 1}, then {left} more"
+    if left != "0":
+        text += f" every {period} ms"
+    if cron:
+        text += f", the run again at each firing of cron {cron!r} until removed"
+    return text

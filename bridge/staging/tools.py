@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 import structlog
 
 from adapters.base import Message, StagedFormat, StagingBroker
-from bridge.staging import envelope
+from bridge.staging import envelope, series
 from bridge.staging.levels import Layout
 from bridge.staging.orders import (
     CANCEL_LEAD_MS,
@@ -62,12 +62,13 @@ class Row:
     due_ms: int
     size: int
     queue: str
+    series: str = ""  # a scheduler series' copy: what remains of it (``series.summary``)
 
     @classmethod
     def of(cls, row: dict[str, object]) -> Row:
         """A row of an engine's list answer; KeyError or ValueError when it is not one."""
         return cls(str(row["message_id"]), str(row["target"]), int(str(row["due_ms"])),
-                   int(str(row["size"])), str(row["queue"]))
+                   int(str(row["size"])), str(row["queue"]), str(row.get("series", "")))
 
     @property
     def due(self) -> str:
@@ -217,7 +218,8 @@ def _queued_rows(
                 continue
             if message_id is not None and info.message_id != message_id:
                 continue
-            row = Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
+            row = Row(info.message_id, info.target, info.due_ms, len(message.body), queue,
+                      series.summary(message.headers))
             if not _internal(row, layout):
                 yield row
         if unseen is not None and shown < counted.get(queue, 0):
@@ -240,8 +242,11 @@ def render(items: list[Row], *, as_json: bool) -> str:
     if not items:
         return "no staged messages"
     lines = [f"{'MESSAGE ID':<48} {'TARGET':<32} {'DUE (UTC)':<29} {'SIZE':>8}"]
+    if any(r.series for r in items):
+        lines[0] += "  SERIES"
     for r in sorted(items, key=lambda r: r.due_ms):
-        lines.append(f"{r.message_id:<48} {r.target:<32} {r.due:<29} {r.size:>8}")
+        line = f"{r.message_id:<48} {r.target:<32} {r.due:<29} {r.size:>8}"
+        lines.append(f"{line}  {r.series}" if r.series else line)
     return "\n".join(lines)
 
 

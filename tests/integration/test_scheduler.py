@@ -3,6 +3,9 @@ broker: a series staged and released by the bridge, never by the broker's own sc
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -151,3 +154,36 @@ def test_a_bridge_killed_mid_series_loses_no_copy(broker: Broker, squeue: str,
     assert len(set(ids)) == 6, f"copies delivered: {ids}"
     assert len(ids) <= 7, f"more than the one in flight duplicated: {ids}"
     assert len({m.headers["scheduledJobId"] for m in got}) == 1
+
+
+def staged_cli(bridge: BridgeProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.app.cli", "staged", *args, "--broker", bridge.broker,
+         "--upstream-stomp", f"stomp://{bridge.upstream}",
+         "--staging-prefix", bridge.staging_prefix],  # type: ignore[attr-defined]
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_staged_list_shows_a_series_once_and_cancel_ends_it(
+    sbridge: BridgeProcess, broker: Broker, squeue: str
+) -> None:
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(squeue)
+    conn.subscribe(dest, id="s", ack="auto")
+    conn.send(dest, "l", headers={"AMQ_SCHEDULED_DELAY": "300", "AMQ_SCHEDULED_PERIOD": "4000",
+                                  "AMQ_SCHEDULED_REPEAT": "3"})
+    (first,) = inbox.take(1, timeout=10)
+    job = first.headers["scheduledJobId"]
+    listed = staged_cli(sbridge, "list", "--target", dest, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["message_id"] for r in rows] == [job], rows
+    assert rows[0]["series"] == "copy 2, then 2 more every 4000 ms"
+    assert int(first.headers["jms-bridge-delivery-time"]) + 4000 == rows[0]["due_ms"]
+    cancelled = staged_cli(sbridge, "cancel", job)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    late = inbox.quiet(5.0)
+    conn.disconnect()
+    assert late == [], "the series went on after its cancel"
+    assert json.loads(staged_cli(sbridge, "list", "--target", dest, "--json").stdout) == []
