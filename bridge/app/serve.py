@@ -36,6 +36,7 @@ from bridge.staging.outcomes import FailureTally, LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
+from policies.scheduler import DELAY as SCHEDULED_DELAY
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
 
@@ -92,8 +93,11 @@ def target_checks(settings: Settings) -> TargetChecks:
 
 
 def delay_config(settings: Settings) -> DelayConfig:
+    relative = settings.delay_headers
+    if settings.activemq_scheduler == "passthrough":  # the broker's scheduler takes its own
+        relative = tuple(h for h in relative if h != SCHEDULED_DELAY)
     return DelayConfig(
-        relative_headers=settings.delay_headers,
+        relative_headers=relative,
         absolute_headers=settings.delivery_time_headers,
         disabled_destinations=settings.delay_disabled,
         staging_prefix=settings.staging_prefix,
@@ -230,7 +234,8 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     config, fmt, targets = started.config, started.fmt, started.targets
     guard = StagingGuard(layout)
     delay = DelayInterceptor(fmt=fmt, config=config, layout=layout,
-                             sinks=[StatsSink(staging), *recorders], targets=targets)
+                             sinks=[StatsSink(staging), *recorders], targets=targets,
+                             scheduler=settings.activemq_scheduler == "take")
     chain = Chain([
         guard,
         delay,

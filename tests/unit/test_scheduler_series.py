@@ -150,3 +150,14 @@ def test_a_crash_in_the_settle_loses_no_copy_and_doubles_no_series(restart: bool
               if d != TARGET and series.NUMBER in m.headers]
     assert staged.count("1") == 2, "the copy after the one in flight is staged twice"
     assert staged.count("2") == staged.count("3") == 1, "the duplicate goes no further"
+
+
+def test_passthrough_leaves_the_scheduler_headers_to_activemq() -> None:
+    from bridge.app.config import resolve
+    from bridge.app.serve import delay_config
+
+    taken = resolve({"broker": "activemq"}, environ={})
+    assert taken.activemq_scheduler == "take"
+    assert "AMQ_SCHEDULED_DELAY" in delay_config(taken).relative_headers
+    passed = resolve({"broker": "activemq", "activemq-scheduler": "passthrough"}, environ={})
+    assert "AMQ_SCHEDULED_DELAY" not in delay_config(passed).relative_headers
