@@ -223,6 +223,8 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     """The front-ends and the admin API, until SIGTERM or SIGINT; imported here, once the
     engine's process has started."""
     from bridge.app.admin import Admin
+    from bridge.app.scheduler_admin import SchedulerAdmin
+    from bridge.intercept.scheduler import ManagementInterceptor
     from bridge.frontends.amqp.server import AmqpRelay
     from bridge.frontends.stomp import Limits
     from bridge.frontends.stomp.server import StompServer
@@ -236,8 +238,11 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     delay = DelayInterceptor(fmt=fmt, config=config, layout=layout,
                              sinks=[StatsSink(staging), *recorders], targets=targets,
                              scheduler=settings.activemq_scheduler == "take")
+    scheduling = [ManagementInterceptor(SchedulerAdmin(settings, layout))] if (
+        settings.activemq_scheduler == "take") else []
     chain = Chain([
         guard,
+        *scheduling,
         delay,
         RedeliveryInterceptor(
             table=settings.redelivery, fmt=fmt, layout=layout,

@@ -143,6 +143,8 @@ class DelayInterceptor(Interceptor):
         )
         if series is not None and first is not None:
             staged += series_headers(series, _original_id(staged), first)
+        if send.principal.login:
+            staged.append((envelope.SENDER, send.principal.login))
         if verdict.delayed_exchange:
             _as_the_plugin_routes(staged, delayed.header, delayed.delay_ms)
         if self.sinks:

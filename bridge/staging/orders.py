@@ -19,6 +19,7 @@ the control topic then, in its body. Nothing here does I/O.
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import uuid
@@ -39,6 +40,9 @@ DONE = PREFIX + "done"  # on an answer: what was done ("cancelled", "released")
 # On a LIST order: "1" = answer from your staged catalogue too. On its answer: how many rows came
 # from the catalogue (absent: the engine keeps none).
 CATALOGUE = PREFIX + "catalogue"
+# On a LIST order: "1" = each row with the staged copy's headers and body (base64): what the
+# scheduler's management destination browses (``bridge.staging.tools.staged_messages``).
+BODIES = PREFIX + "bodies"
 KEEP_MS = 600_000
 # A staged cancel comes due this long before its message: every engine then remembers it for
 # KEEP_MS, through the message's own due time, and the engine holding the message (it takes a
@@ -61,13 +65,15 @@ class Order:
     reply_topic: str | None = None
     target: str | None = None  # LIST: only messages for this target
     catalogue: bool = False  # LIST: from the engine's staged catalogue too
+    bodies: bool = False  # LIST: the held copies' headers and bodies too
 
     @classmethod
     def new(
         cls, action: Action, message_id: str, reply_topic: str | None, *,
-        target: str | None = None, catalogue: bool = False,
+        target: str | None = None, catalogue: bool = False, bodies: bool = False,
     ) -> Order:
-        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue)
+        return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue,
+                   bodies)
 
     @classmethod
     def of_message(cls, message: Message) -> Order:
@@ -95,7 +101,8 @@ class Order:
         if not order_id or not (message_id or action is Action.LIST):
             raise ValueError(f"an order needs {MESSAGE_ID} and {ORDER_ID}")
         return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,
-                   headers.get(TARGET) or None, headers.get(CATALOGUE) == "1")
+                   headers.get(TARGET) or None, headers.get(CATALOGUE) == "1",
+                   headers.get(BODIES) == "1")
 
     def headers(self) -> dict[str, str]:
         headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
@@ -105,6 +112,8 @@ class Order:
             headers[TARGET] = self.target
         if self.catalogue:
             headers[CATALOGUE] = "1"
+        if self.bodies:
+            headers[BODIES] = "1"
         return headers
 
     def message(self) -> Message:
@@ -138,6 +147,9 @@ class Order:
                          "size": len(h.message.body), "queue": h.queue})
             if SERIES_JOB in headers:
                 rows[-1]["series"] = series_summary(headers)
+            if self.bodies:
+                rows[-1]["headers"] = dict(headers)
+                rows[-1]["body"] = base64.b64encode(h.message.body).decode()
         return rows
 
     def answer_rows(

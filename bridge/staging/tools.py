@@ -23,6 +23,7 @@ the message, and by telling the running engines now (they take it out of their c
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import time
@@ -110,6 +111,39 @@ def rows(
         if row.message_id not in seen:
             seen.add(row.message_id)
             yield row
+
+
+def staged_messages(
+    broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S
+) -> Iterator[Message]:
+    """Every staged copy, with its headers and body: those on the staging queues, and those the
+    running engines hold where the broker does not show them (each once)."""
+    seen: set[str] = set()
+    for queue in layout.queues:
+        for message in broker.browse(queue):
+            message_id = message.headers.get(envelope.MESSAGE_ID)
+            if message_id is None or envelope.TARGET not in message.headers:
+                continue
+            seen.add(message_id)
+            yield message
+    if broker.sees_held or not broker.consumers(layout.ready):
+        return
+    order = Order.new(Action.LIST, "", _reply_topic(layout), bodies=True)
+    for answer in _ask(broker, layout, order, answer_s,
+                       answers=broker.consumers(layout.ready)):
+        try:
+            for row in rows_of(answer.body):
+                headers, body = row.get("headers"), row.get("body")
+                if not isinstance(headers, dict) or not isinstance(body, str):
+                    continue
+                message_id = str(headers.get(envelope.MESSAGE_ID, ""))
+                if message_id and message_id not in seen:
+                    seen.add(message_id)
+                    yield Message({str(k): str(v) for k, v in headers.items()},
+                                  base64.b64decode(body))
+        except (KeyError, ValueError) as error:
+            structlog.get_logger("staging.tools").warning("ignored a bad list answer",
+                                                          error=str(error))
 
 
 def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S) -> int:

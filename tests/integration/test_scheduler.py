@@ -187,3 +187,66 @@ def test_staged_list_shows_a_series_once_and_cancel_ends_it(
     conn.disconnect()
     assert late == [], "the series went on after its cancel"
     assert json.loads(staged_cli(sbridge, "list", "--target", dest, "--json").stdout) == []
+
+
+MANAGEMENT = "/topic/ActiveMQ.Scheduler.Management"
+
+
+def test_management_destination_browses_and_removes(
+    sbridge: BridgeProcess, broker: Broker, squeue: str
+) -> None:
+    """BROWSE sends the user's scheduled messages to its reply-to; REMOVE ends one series;
+    REMOVEALL within a window removes what is due in it, and only that."""
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(squeue)
+    reply = broker.queue_destination(f"{squeue}-reply")
+    conn.subscribe(reply, id="r", ack="auto")
+    conn.subscribe(dest, id="t", ack="auto")
+    sent = now_ms()
+    conn.send(dest, "series", headers={"AMQ_SCHEDULED_DELAY": "30000",
+                                       "AMQ_SCHEDULED_PERIOD": "1000",
+                                       "AMQ_SCHEDULED_REPEAT": "4", "n": "1", "receipt": "s1"})
+    conn.send(dest, "plain", headers={"AMQ_SCHEDULED_DELAY": "40000", "n": "2",
+                                      "receipt": "s2"})
+    conn.send(dest, "later", headers={"AMQ_SCHEDULED_DELAY": "50000", "n": "3",
+                                      "receipt": "s3"})
+
+    def browse(**window: str) -> list[Any]:
+        rid = f"b-{uuid.uuid4().hex[:6]}"
+        conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "BROWSE", "reply-to": reply,
+                                           "receipt": rid, **window})
+        assert inbox.wait_receipt(rid, 30), inbox.errors
+        return sorted(inbox.quiet(1.5), key=lambda m: m.headers["n"])
+
+    got = browse()
+    assert [m.headers["n"] for m in got] == ["1", "2", "3"], [m.headers for m in got]
+    assert [m.body for m in got] == ["series", "plain", "later"]
+    jobs = [m.headers["scheduledJobId"] for m in got]
+    assert len(set(jobs)) == 3
+    assert sent + 30000 <= int(got[0].headers["jms-bridge-delivery-time"]) < sent + 32000
+    assert [m.headers["n"] for m in browse(AMQ_SCHEDULER_ACTION_START_TIME=str(sent + 35000),
+                                           AMQ_SCHEDULER_ACTION_END_TIME=str(sent + 45000))
+            ] == ["2"]
+
+    conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "REMOVE",
+                                       "scheduledJobId": jobs[0], "receipt": "rm"})
+    assert inbox.wait_receipt("rm", 30), inbox.errors
+    assert [m.headers["n"] for m in browse()] == ["2", "3"]
+    conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "REMOVEALL",
+                                       "AMQ_SCHEDULER_ACTION_END_TIME": str(sent + 45000)})
+    assert [m.headers["n"] for m in browse()] == ["3"]
+    conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "REMOVEALL"})
+    assert browse() == []
+    assert inbox.errors == []
+    conn.disconnect()
+    assert json.loads(staged_cli(sbridge, "list", "--target", dest, "--json").stdout) == []
+
+
+def test_a_bad_management_action_is_refused(sbridge: BridgeProcess, broker: Broker) -> None:
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "PURGE", "receipt": "r-m"})
+    error = inbox.wait_error(10)
+    assert error is not None
+    assert error.headers["message"].startswith("MQRC_OPTIONS_ERROR")
+    assert "AMQ_SCHEDULER_ACTION" in error.headers["message"]
+    assert error.headers.get("receipt-id") == "r-m"
