@@ -250,3 +250,31 @@ def test_a_bad_management_action_is_refused(sbridge: BridgeProcess, broker: Brok
     assert error.headers["message"].startswith("MQRC_OPTIONS_ERROR")
     assert "AMQ_SCHEDULER_ACTION" in error.headers["message"]
     assert error.headers.get("receipt-id") == "r-m"
+
+
+def test_cron_then_delay_then_repeats_and_again_at_the_next_firing(
+    sbridge: BridgeProcess, broker: Broker, squeue: str
+) -> None:
+    """Cron ``* * * * *`` with delay 1000, period 500, repeat 1: two copies at 1000 and 1500
+    ms past the minute, and the run staged again for the next minute (until removed)."""
+    conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
+    dest = broker.queue_destination(squeue)
+    conn.subscribe(dest, id="c", ack="auto")
+    conn.send(dest, "cron", headers={"AMQ_SCHEDULED_CRON": "* * * * *",
+                                     "AMQ_SCHEDULED_DELAY": "1000",
+                                     "AMQ_SCHEDULED_PERIOD": "500",
+                                     "AMQ_SCHEDULED_REPEAT": "1"})
+    got = inbox.take(2, timeout=75)
+    assert len(got) == 2
+    minute = (now_ms() - 1500) // 60_000 * 60_000
+    times = [int(m.headers["jms-bridge-delivery-time"]) for m in got]
+    assert times == [minute + 1000, minute + 1500], (times, minute)
+    job = got[0].headers["scheduledJobId"]
+    rows = json.loads(staged_cli(sbridge, "list", "--target", dest, "--json").stdout)
+    assert [(r["message_id"], r["due_ms"]) for r in rows] == [(job, minute + 61_000)]
+    assert "until removed" in rows[0]["series"]
+    conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "REMOVE",
+                                       "scheduledJobId": job, "receipt": "rm"})
+    assert inbox.wait_receipt("rm", 30), inbox.errors
+    conn.disconnect()
+    assert json.loads(staged_cli(sbridge, "list", "--target", dest, "--json").stdout) == []
