@@ -36,9 +36,9 @@ from bridge.staging.outcomes import FailureTally, LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
-from policies.scheduler import DELAY as SCHEDULED_DELAY
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
+from policies.scheduler import DELAY as SCHEDULED_DELAY
 
 
 async def _listen(what: str, where: Endpoint, start: object) -> None:
@@ -224,10 +224,10 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     engine's process has started."""
     from bridge.app.admin import Admin
     from bridge.app.scheduler_admin import SchedulerAdmin
-    from bridge.intercept.scheduler import ManagementInterceptor
     from bridge.frontends.amqp.server import AmqpRelay
     from bridge.frontends.stomp import Limits
     from bridge.frontends.stomp.server import StompServer
+    from bridge.intercept.scheduler import ManagementInterceptor
 
     engine, staging, metrics, recorders = (started.engine, started.staging, started.metrics,
                                            started.recorders)

@@ -21,17 +21,17 @@ from bridge.intercept.views import Send
 from bridge.staging import envelope
 from bridge.staging.envelope import staged_headers
 from bridge.staging.levels import Layout
-from bridge.staging.series import check_cron, cron_next, series_headers
 from bridge.staging.outcomes import Kind, Outcome, Sink
+from bridge.staging.series import check_cron, cron_next, series_headers
 from bridge.staging.targets import PASSES, TargetChecks, TargetKey, Unknown
 from policies.delay import DelayConfig, delay_of
 from policies.errors import Refused
-from policies.scheduler import DELAY, SCHEDULE_HEADERS, first_occurrence, series_of
 from policies.reasons import (
     MQRC_MSG_TOO_BIG_FOR_Q,
     MQRC_OPTIONS_ERROR,
     MQRC_PROPERTY_VALUE_BAD,
 )
+from policies.scheduler import DELAY, SCHEDULE_HEADERS, first_occurrence, series_of
 
 
 class DelayInterceptor(Interceptor):

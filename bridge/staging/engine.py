@@ -37,11 +37,11 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
+from bridge.staging import series
 from bridge.staging.catalogue import Catalogue
 from bridge.staging.engine_orders import OperatorOrders
 from bridge.staging.engine_settling import Settling
 from bridge.staging.engine_work import Work, WorkKind
-from bridge.staging import series
 from bridge.staging.envelope import (
     DUE,
     EXPIRED_ON,

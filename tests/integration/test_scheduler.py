@@ -278,3 +278,29 @@ def test_cron_then_delay_then_repeats_and_again_at_the_next_firing(
     assert inbox.wait_receipt("rm", 30), inbox.errors
     conn.disconnect()
     assert json.loads(staged_cli(sbridge, "list", "--target", dest, "--json").stdout) == []
+
+
+@pytest.mark.parametrize("broker", ["activemq"], indirect=True)
+def test_passthrough_leaves_the_headers_to_the_broker(
+    broker: Broker, squeue: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """With --activemq-scheduler passthrough the send goes to the broker as it was: this
+    ActiveMQ has no schedulerSupport, so it delivers it at once, headers and all."""
+    proc = scheduler_bridge(broker, tmp_path_factory.mktemp("passthrough"),
+                            "--activemq-scheduler", "passthrough").start()
+    try:
+        conn, inbox = connect(proc.stomp_port, broker.user, broker.password)
+        dest = broker.queue_destination(squeue)
+        conn.subscribe(dest, id="p", ack="auto")
+        sent = now_ms()
+        conn.send(dest, "p", headers={"AMQ_SCHEDULED_DELAY": "3000",
+                                      "AMQ_SCHEDULED_PERIOD": "500",
+                                      "AMQ_SCHEDULED_REPEAT": "2"})
+        got = inbox.take(1, timeout=10)
+        arrived = now_ms() - sent
+        extra = inbox.quiet(1.0)
+        conn.disconnect()
+    finally:
+        assert proc.stop() == 0, proc.log()
+    assert len(got) == 1 and extra == [] and arrived < 2500
+    assert got[0].headers["AMQ_SCHEDULED_REPEAT"] == "2"

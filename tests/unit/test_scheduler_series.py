@@ -9,6 +9,7 @@ from adapters.base import Message
 from bridge.staging import envelope, series
 from bridge.staging.levels import Layout
 from policies.errors import Refused
+from policies.reasons import MQRC_NOT_AUTHORIZED
 from policies.scheduler import (
     Occurrence,
     Series,
@@ -161,3 +162,45 @@ def test_passthrough_leaves_the_scheduler_headers_to_activemq() -> None:
     assert "AMQ_SCHEDULED_DELAY" in delay_config(taken).relative_headers
     passed = resolve({"broker": "activemq", "activemq-scheduler": "passthrough"}, environ={})
     assert "AMQ_SCHEDULED_DELAY" not in delay_config(passed).relative_headers
+
+
+def test_the_management_interceptor_holds_acts_then_relays() -> None:
+    import asyncio
+
+    from bridge.intercept.decisions import RELAY, Hold, Refuse
+    from bridge.intercept.scheduler import ManagementInterceptor, Request
+    from bridge.intercept.views import Principal, Send
+
+    done: list[Request] = []
+
+    async def act(request: Request) -> None:
+        done.append(request)
+        if request.action == "REMOVE":
+            raise Refused(MQRC_NOT_AUTHORIZED, "no")
+
+    icpt = ManagementInterceptor(act)
+    who = Principal("app", "pw")
+    topic = "/topic/ActiveMQ.Scheduler.Management"
+    browse = Send(topic, {"AMQ_SCHEDULER_ACTION": "browse", "reply-to": "/queue/r",
+                          "AMQ_SCHEDULER_ACTION_END_TIME": "5"}, 0, who)
+    held = icpt.on_send(browse)
+    assert isinstance(held, Hold)
+    asyncio.run(held.check())  # type: ignore[arg-type]
+    assert done == [Request("BROWSE", who, "/queue/r", None, None, 5)]
+    assert icpt.on_send(browse) is RELAY  # offered again after the check: on to the broker
+    assert isinstance(icpt.on_send(browse), Hold)  # the same send again is a new action
+    remove = Send(topic, {"AMQ_SCHEDULER_ACTION": "REMOVE", "scheduledJobId": "J"}, 0, who)
+    held = icpt.on_send(remove)
+    assert isinstance(held, Hold)
+    asyncio.run(held.check())  # type: ignore[arg-type]
+    refused = icpt.on_send(remove)
+    assert isinstance(refused, Refuse) and refused.refusal.reason is MQRC_NOT_AUTHORIZED
+    assert icpt.on_send(Send("/queue/q", {"AMQ_SCHEDULER_ACTION": "BROWSE"}, 0)) is RELAY
+    for headers, words in [({"AMQ_SCHEDULER_ACTION": "PURGE"}, "is not BROWSE"),
+                           ({"AMQ_SCHEDULER_ACTION": "BROWSE"}, "needs a reply-to"),
+                           ({"AMQ_SCHEDULER_ACTION": "REMOVE"}, "needs scheduledJobId"),
+                           ({"AMQ_SCHEDULER_ACTION": "REMOVEALL",
+                             "AMQ_SCHEDULER_ACTION_START_TIME": "soon"}, "START_TIME='soon'")]:
+        bad = icpt.on_send(Send(topic, headers, 0, who))
+        assert isinstance(bad, Refuse) and bad.refusal.reason.code == 2046
+        assert words in bad.refusal.detail
