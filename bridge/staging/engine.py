@@ -629,10 +629,17 @@ class Engine(Settling, OperatorOrders):
                 work.append(self._released(held, staged, now_ms))
         return work
 
-    def _released(self, held: Held, staged: Staged, now_ms: int) -> Work:
+    def _released(
+        self, held: Held, staged: Staged, now_ms: int, *, go_on: bool = True
+    ) -> Work:
+        """The release of a held staged copy; one of a scheduler series stages the next copy
+        too, unless not ``go_on`` (released on an operator's order: the series ends)."""
         headers = released_headers(held.message.headers, self.broker.format, now_ms=now_ms)
         if series.is_series(held.message.headers):
-            return self._released_copy(held, staged, headers, now_ms)
+            if go_on:
+                return self._released_copy(held, staged, headers, now_ms)
+            headers = series.as_copy(headers, held.message.headers,
+                                     self.broker.format.message_id_header)
         move = Move(held, staged.target, Message(headers, held.message.body),
                     mandatory=staged.mandatory)
         return Work(WorkKind.RELEASE, move, staged)

@@ -204,3 +204,22 @@ def test_the_management_interceptor_holds_acts_then_relays() -> None:
         bad = icpt.on_send(Send(topic, headers, 0, who))
         assert isinstance(bad, Refuse) and bad.refusal.reason.code == 2046
         assert words in bad.refusal.detail
+
+
+def test_an_operators_release_now_delivers_the_next_copy_and_ends_the_series() -> None:
+    from bridge.staging.orders import Action, Order
+
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, _, _ = engine_for(broker, clock)
+    job = stage_series(broker, delay_ms=1000, period_ms=5000, repeat=3, layout=engine.layout)
+    drive(engine, clock, T0 + 999)
+    assert clock.now == T0 + 1000
+    engine.step(clock.now)  # the first copy released, the second staged for 6 s
+    clock.now += 10
+    engine._take_order(Order.new(Action.RELEASE, job, "").message(), clock.now)
+    drive(engine, clock, T0 + 60_000)
+    got = copies(broker)
+    assert [t for t, _ in got] == [T0 + 1000, T0 + 1010]
+    assert got[1][1].headers["scheduledJobId"] == job
+    assert broker.held_count == 0 and all(broker.depth(q) == 0 for q in engine.layout.queues)
