@@ -304,3 +304,25 @@ def test_passthrough_leaves_the_headers_to_the_broker(
         assert proc.stop() == 0, proc.log()
     assert len(got) == 1 and extra == [] and arrived < 2500
     assert got[0].headers["AMQ_SCHEDULED_REPEAT"] == "2"
+
+
+def test_two_bridges_deliver_each_copy_once(broker: Broker, squeue: str,
+                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    logs = tmp_path_factory.mktemp("scheduler-two")
+    first = scheduler_bridge(broker, logs).start()
+    second = scheduler_bridge(broker, logs,
+                              prefix=first.staging_prefix).start()  # type: ignore[attr-defined]
+    try:
+        conn, inbox = connect(first.stomp_port, broker.user, broker.password)
+        dest = broker.queue_destination(squeue)
+        conn.subscribe(dest, id="t", ack="auto")
+        conn.send(dest, "two", headers={"AMQ_SCHEDULED_DELAY": "300",
+                                        "AMQ_SCHEDULED_PERIOD": "400",
+                                        "AMQ_SCHEDULED_REPEAT": "7"})
+        got = inbox.take(8, timeout=15)
+        got += inbox.quiet(1.5)
+        conn.disconnect()
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+    ids = [m.headers["jms-bridge-message-id"] for m in got]
+    assert len(ids) == 8 == len(set(ids)), ids
