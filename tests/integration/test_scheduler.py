@@ -263,9 +263,10 @@ def test_cron_then_delay_then_repeats_and_again_at_the_next_firing(
     conn.send(dest, "cron", headers={"AMQ_SCHEDULED_CRON": "* * * * *",
                                      "AMQ_SCHEDULED_DELAY": "1000",
                                      "AMQ_SCHEDULED_PERIOD": "500",
-                                     "AMQ_SCHEDULED_REPEAT": "1"})
+                                     "AMQ_SCHEDULED_REPEAT": "1", "receipt": "c-1"})
+    assert inbox.wait_receipt("c-1", 20), inbox.errors
     got = inbox.take(2, timeout=75)
-    assert len(got) == 2
+    assert len(got) == 2, (got, inbox.errors, now_ms())
     minute = (now_ms() - 1500) // 60_000 * 60_000
     times = [int(m.headers["jms-bridge-delivery-time"]) for m in got]
     assert times == [minute + 1000, minute + 1500], (times, minute)
