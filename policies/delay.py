@@ -110,18 +110,26 @@ class DelayedSend(NamedTuple):  # (immutable; cheaper to make than a frozen data
 
 
 def delay_of(
-    headers: Mapping[str, str], destination: str, now_ms: int, config: DelayConfig
+    headers: Mapping[str, str], destination: str, now_ms: int, config: DelayConfig,
+    *, series_due: tuple[str, int] | None = None,
 ) -> DelayedSend | None:
     """Decide what to do with a send: ``None`` = relay unchanged, else stage it.
 
+    ``series_due``: the header that asks for a scheduler series (``policies.scheduler``) and
+    its first copy's due time: staged then even without a delay (due now), by the same rules.
     Raises :class:`~policies.errors.Refused` when IBM MQ's rules refuse the send.
     """
-    asked = _requested_delay(headers, now_ms, config)
-    if asked is None:
-        return None
-    header, delay_ms = asked
+    if series_due is not None:
+        header, due_ms = series_due
+        due_ms = max(due_ms, now_ms)
+        delay_ms = due_ms - now_ms
+    else:
+        asked = _requested_delay(headers, now_ms, config)
+        if asked is None:
+            return None
+        header, delay_ms = asked
+        due_ms = now_ms + delay_ms
     value = headers[header]
-    due_ms = now_ms + delay_ms
 
     get = headers.get
     group = get(GROUP_HEADER)

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated headers holding an absolute delivery time (epoch ms)")
     run.add_argument("--delay-disabled", metavar="PATTERNS",
                      help="comma-separated destination patterns that may not be delayed")
+    run.add_argument("--activemq-scheduler", metavar="take|passthrough",
+                     help="AMQ_SCHEDULED_* headers: staged by the bridge (take, the default) "
+                          "or left to ActiveMQ's own scheduler (passthrough; ActiveMQ only)")
     run.add_argument("--first-delivery-count", metavar="PATTERNS",
                      help="comma-separated destination patterns whose first deliveries carry "
                           "JMSXDeliveryCount 1 too (elsewhere only redeliveries carry it)")

@@ -29,6 +29,9 @@ BROKERS = ("rabbitmq", "activemq")
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 STAGING_QUEUE_TYPES = ("classic", "quorum")
+# ActiveMQ's scheduler headers (AMQ_SCHEDULED_*): the bridge stages them (take), or leaves them
+# to a broker whose schedulerSupport is on (passthrough).
+ACTIVEMQ_SCHEDULER = ("take", "passthrough")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,7 @@ class Settings:
     # Destination patterns whose first deliveries carry JMSXDeliveryCount (1) too; elsewhere a
     # first delivery goes out as the broker sent it and only a redelivery carries the count.
     first_delivery_count: tuple[str, ...] = ()
+    activemq_scheduler: str = "take"
     staging_prefix: str = "jms-bridge.staging"
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at
     # most about (levels streamed x this + 5,000 ready) x message size.
@@ -239,6 +243,8 @@ def _convert(name: str, value: Any, source: str) -> Any:
         return _bool(value, what)
     if name == "staging-queue-type":
         return _choice(str(value), what, STAGING_QUEUE_TYPES)
+    if name == "activemq-scheduler":
+        return _choice(str(value), what, ACTIVEMQ_SCHEDULER)
     if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
         return _names(value, what)
     if name == "first-delivery-count":
@@ -441,6 +447,9 @@ def resolve(
     if settings.staging_queue_type == "quorum" and settings.broker != "rabbitmq":
         raise ConfigError("staging-queue-type: quorum queues are RabbitMQ's; ActiveMQ has none "
                           "(use classic, the default, with --broker activemq)")
+    if settings.activemq_scheduler == "passthrough" and settings.broker != "activemq":
+        raise ConfigError("activemq-scheduler: passthrough leaves AMQ_SCHEDULED_* to "
+                          "ActiveMQ's own scheduler; RabbitMQ has none (use take, the default)")
     if settings.expiry_policy is not None and settings.broker != "rabbitmq":
         raise ConfigError("expiry-policy: a RabbitMQ policy; with --broker activemq the "
                           "bridge reads --expiry-dead-letter-queue")

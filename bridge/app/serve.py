@@ -39,6 +39,7 @@ from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
+from policies.scheduler import DELAY as SCHEDULED_DELAY
 
 
 async def _listen(what: str, where: Endpoint, start: object) -> None:
@@ -101,8 +102,11 @@ def queue_policies(settings: Settings) -> QueuePolicies | None:
 
 
 def delay_config(settings: Settings) -> DelayConfig:
+    relative = settings.delay_headers
+    if settings.activemq_scheduler == "passthrough":  # the broker's scheduler takes its own
+        relative = tuple(h for h in relative if h != SCHEDULED_DELAY)
     return DelayConfig(
-        relative_headers=settings.delay_headers,
+        relative_headers=relative,
         absolute_headers=settings.delivery_time_headers,
         disabled_destinations=settings.delay_disabled,
         staging_prefix=settings.staging_prefix,
@@ -228,9 +232,11 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     """The front-ends and the admin API, until SIGTERM or SIGINT; imported here, once the
     engine's process has started."""
     from bridge.app.admin import Admin
+    from bridge.app.scheduler_admin import SchedulerAdmin
     from bridge.frontends.amqp.server import AmqpRelay
     from bridge.frontends.stomp import Limits
     from bridge.frontends.stomp.server import StompServer
+    from bridge.intercept.scheduler import ManagementInterceptor
 
     engine, staging, metrics, recorders = (started.engine, started.staging, started.metrics,
                                            started.recorders)
@@ -239,9 +245,13 @@ async def _serve(settings: Settings, log: FilteringBoundLogger,
     config, fmt, targets = started.config, started.fmt, started.targets
     guard = StagingGuard(layout)
     delay = DelayInterceptor(fmt=fmt, config=config, layout=layout,
-                             sinks=[StatsSink(staging), *recorders], targets=targets)
+                             sinks=[StatsSink(staging), *recorders], targets=targets,
+                             scheduler=settings.activemq_scheduler == "take")
+    scheduling = [ManagementInterceptor(SchedulerAdmin(settings, layout))] if (
+        settings.activemq_scheduler == "take") else []
     chain = Chain([
         guard,
+        *scheduling,
         delay,
         RedeliveryInterceptor(
             table=settings.redelivery, fmt=fmt, layout=layout,

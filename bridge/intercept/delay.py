@@ -22,6 +22,7 @@ from bridge.staging import envelope
 from bridge.staging.envelope import staged_headers
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, Outcome, Sink
+from bridge.staging.series import check_cron, cron_next, series_headers
 from bridge.staging.targets import PASSES, TargetChecks, TargetKey, Unknown
 from policies.delay import DelayConfig, delay_of
 from policies.errors import Refused
@@ -30,6 +31,7 @@ from policies.reasons import (
     MQRC_OPTIONS_ERROR,
     MQRC_PROPERTY_VALUE_BAD,
 )
+from policies.scheduler import DELAY, SCHEDULE_HEADERS, first_occurrence, series_of
 
 
 class DelayInterceptor(Interceptor):
@@ -44,14 +46,20 @@ class DelayInterceptor(Interceptor):
         clock: Callable[[], int] = wall_ms_ceil,
         sinks: Sequence[Sink] = (),
         targets: TargetChecks | None = None,
+        scheduler: bool = True,
     ) -> None:
+        """``scheduler``: take ActiveMQ's scheduler headers (``AMQ_SCHEDULED_PERIOD``,
+        ``_REPEAT``, ``_CRON``): a series staged here, its copies released by the engine."""
         self.fmt = fmt
+        self.scheduler = scheduler
         self.config = config
         self.layout = layout
         self.clock = clock
         self.sinks = tuple(sinks)
         self.targets = targets
         self._drop = config.delay_header_names()
+        if scheduler:
+            self._drop += tuple(h for h in SCHEDULE_HEADERS if h not in self._drop)
         self.interest = Interest(send_headers=frozenset(self._drop))
         # Made once each (one is needed for every delayed send): the target checks' keys, by
         # who sends to where, and the staging levels' destinations, by queue.
@@ -88,6 +96,15 @@ class DelayInterceptor(Interceptor):
             if found.delayed_exchange:
                 return RELAY
             raise
+        series = None
+        if self.scheduler:
+            series = series_of(headers, delayed.delay_ms if delayed else 0, check_cron)
+        first = None
+        if series is not None:
+            first = first_occurrence(series, now, cron_next)
+            asked = next(h for h in (*SCHEDULE_HEADERS, DELAY) if h in headers)
+            delayed = delay_of(headers, destination, now, self.config,
+                               series_due=(asked, first.due_ms))
         if delayed is None:
             return RELAY
         fmt = self.fmt
@@ -124,6 +141,10 @@ class DelayInterceptor(Interceptor):
             expires_ms=delayed.expires_ms,
             drop=self._drop,
         )
+        if series is not None and first is not None:
+            staged += series_headers(series, _original_id(staged), first)
+        if send.principal.login:
+            staged.append((envelope.SENDER, send.principal.login))
         if verdict.delayed_exchange:
             _as_the_plugin_routes(staged, delayed.header, delayed.delay_ms)
         if self.sinks:
@@ -165,6 +186,13 @@ class DelayInterceptor(Interceptor):
                 f"this one has {send.body_size}",
             )
         return verdict
+
+
+def _original_id(staged: list[tuple[str, str]]) -> str:
+    for name, value in reversed(staged):  # (the envelope's entries are near the end)
+        if name == envelope.MESSAGE_ID:
+            return value
+    raise ValueError("a staged copy without its original message id")
 
 
 def _undelayed(headers: Mapping[str, str], destination: str) -> bool:

@@ -37,11 +37,13 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
+from bridge.staging import series
 from bridge.staging.catalogue import Catalogue
 from bridge.staging.engine_orders import OperatorOrders
 from bridge.staging.engine_settling import Settling
 from bridge.staging.engine_work import Work, WorkKind
 from bridge.staging.envelope import (
+    DUE,
     EXPIRED_ON,
     FAILED_AT,
     MESSAGE_ID,
@@ -59,7 +61,7 @@ from bridge.staging.orders import NOTE, Orders
 from bridge.staging.outcomes import LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats
 from policies.backoff import backoff_ms
-from policies.errors import BrokerUnavailable, Refused
+from policies.errors import BrokerUnavailable, PutRefused, Refused
 
 __all__ = ["FAILED_AT", "REASON", "REASON_CODE", "REASON_TEXT", "Engine"]
 
@@ -98,6 +100,9 @@ COUNT_WAIT_S = 0.5  # how long a count may hold up the release loop
 # again after PENDING_RETRY_MS, doubling each time up to PENDING_RETRY_MAX_MS.
 PENDING_RETRY_MS = 5_000
 PENDING_RETRY_MAX_MS = 3_600_000
+# Copies of scheduler series remembered as released (``Engine._released_copy``): many more than
+# are released within the time a duplicate copy can take to come due after its twin.
+SERIES_MEMORY = 65_536
 
 
 def _wall_ms() -> int:
@@ -199,6 +204,9 @@ class Engine(Settling, OperatorOrders):
         # Operators' orders (cancel, release now) heard on the control topic, by message id:
         # carried out on the held copy at once, and on any copy met while they stand.
         self._orders = Orders()
+        self._series: collections.OrderedDict[tuple[str, str], bool] = (
+            collections.OrderedDict())
+        self._series_batch: set[tuple[str, str]] = set()  # continued by the work being built
         self._answers: list[tuple[str, Message]] = []  # (reply topic, answer) to publish
         self.catalogue = catalogue
         # List orders the catalogue's reader thread is answering: (reply topic, answer).
@@ -632,8 +640,62 @@ class Engine(Settling, OperatorOrders):
                 work.append(self._released(held, staged, now_ms))
         return work
 
-    def _released(self, held: Held, staged: Staged, now_ms: int) -> Work:
+    def _released(
+        self, held: Held, staged: Staged, now_ms: int, *, go_on: bool = True
+    ) -> Work:
+        """The release of a held staged copy; one of a scheduler series stages the next copy
+        too, unless not ``go_on`` (released on an operator's order: the series ends)."""
         headers = released_headers(held.message.headers, self.broker.format, now_ms=now_ms)
+        if series.is_series(held.message.headers):
+            if go_on:
+                return self._released_copy(held, staged, headers, now_ms)
+            headers = series.as_copy(headers, held.message.headers,
+                                     self.broker.format.message_id_header)
         move = Move(held, staged.target, Message(headers, held.message.body),
                     mandatory=staged.mandatory)
         return Work(WorkKind.RELEASE, move, staged)
+
+    def _released_copy(
+        self, held: Held, staged: Staged, headers: dict[str, str], now_ms: int
+    ) -> Work:
+        """A copy of a scheduler series: put to its target (confirmed) now, then its staged
+        copy is replaced by the next one (or acknowledged, the series over) in the settle.
+        A crash before that settle puts this copy again (it was in flight) and may stage the
+        next one twice: both copies are one occurrence (``series.key_of``), and once one of
+        them is settled here the other is dropped when it is met."""
+        staged_headers_ = held.message.headers
+        key = series.key_of(staged_headers_)
+        done = self._series.get(key)
+        if done or key in self._series_batch:  # its next copy is staged (or being staged)
+            return Work(WorkKind.DROP, Move(held), staged)
+        fmt = self.broker.format
+        message = Message(series.as_copy(headers, staged_headers_, fmt.message_id_header),
+                          held.message.body)
+        if done is None:
+            try:
+                self.broker.publish(staged.target, message, mandatory=staged.mandatory)
+            except PutRefused as refused:
+                # As any release refused: message-retry or the failure path; the series goes
+                # on from the copy that is eventually released.
+                return self._refused(Work(WorkKind.RELEASE, Move(
+                    held, staged.target, message, mandatory=staged.mandatory), staged),
+                    refused, now_ms)
+            self._remember(key, False)
+        self._series_batch.add(key)
+        following = series.next_copy(staged_headers_, now_ms)
+        if following is None:
+            return Work(WorkKind.SERIES, Move(held), staged, series_key=key)
+        due = int(following[DUE])
+        queue = self.layout.queue_for(due - now_ms)
+        destination = (self._ready_dest if queue == self.layout.ready
+                       else fmt.client_destination(queue))
+        move = Move(held, destination, Message(following, held.message.body))
+        return Work(WorkKind.SERIES, move, staged, queue=queue, series_key=key)
+
+    def _remember(self, key: tuple[str, str], continued: bool) -> None:
+        """Which copies of series this engine released (False) and replaced by their next
+        copy (True): a bounded memory, oldest first out."""
+        self._series[key] = continued
+        self._series.move_to_end(key)
+        if len(self._series) > SERIES_MEMORY:
+            self._series.popitem(last=False)

@@ -72,7 +72,9 @@ class OperatorOrders:
     _moved_forgotten_ms: int
 
     if TYPE_CHECKING:  # the engine's: the move that releases a held message now
-        def _released(self, held: Held, staged: Staged, now_ms: int) -> Work: ...
+        def _released(
+            self, held: Held, staged: Staged, now_ms: int, *, go_on: bool = True
+        ) -> Work: ...
 
     def _take_order(self, message: Message, now_ms: int) -> None:
         """An order heard on the control topic: remember it, and carry it out on every copy
@@ -269,7 +271,7 @@ class OperatorOrders:
                         moved, queue=queue, order=order, error=f"was due at {staged.due_ms}")
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
             return Work(WorkKind.EXPIRE, Move(held), staged, order=order)
-        work = self._released(held, staged, now_ms)
+        work = self._released(held, staged, now_ms, go_on=False)  # a series ends here
         work.kind, work.order = WorkKind.RELEASE_NOW, order
         return work
 

@@ -56,10 +56,11 @@ _OUTCOME = {
     WorkKind.UNDELIVERABLE: Kind.UNDELIVERABLE, WorkKind.UNDELIVERED: Kind.UNDELIVERED,
     WorkKind.DEAD_LETTERED: Kind.DEAD_LETTERED, WorkKind.DISCARD: Kind.DELETED,
     WorkKind.RETRY: Kind.RETRIED, WorkKind.KEEP: Kind.KEPT,
-    WorkKind.RESCHEDULE: Kind.RESCHEDULED,
+    WorkKind.RESCHEDULE: Kind.RESCHEDULED, WorkKind.SERIES: Kind.RELEASED,
 }
 # Moves that put a message back on a staging level.
-_ENTERS_LEVEL = frozenset({WorkKind.HOP, WorkKind.RETRY, WorkKind.KEEP, WorkKind.RESCHEDULE})
+_ENTERS_LEVEL = frozenset({WorkKind.HOP, WorkKind.RETRY, WorkKind.KEEP, WorkKind.RESCHEDULE,
+                           WorkKind.SERIES})
 _FAILED = {Kind.UNDELIVERABLE: WorkKind.UNDELIVERABLE, Kind.UNDELIVERED: WorkKind.UNDELIVERED,
            Kind.DEAD_LETTERED: WorkKind.DEAD_LETTERED, Kind.DELETED: WorkKind.DISCARD,
            Kind.EXPIRED: WorkKind.EXPIRE}
@@ -88,6 +89,9 @@ class Settling:
     _answers: list[tuple[str, Message]]
     _failures: int
     _settled_since_connect: bool
+    _series_batch: set[tuple[str, str]]
+
+    def _remember(self, key: tuple[str, str], continued: bool) -> None: ...
 
     if TYPE_CHECKING:  # the orders part's: a copy let go of onto a staging queue
         def _let_go(self, queue: str, headers: Mapping[str, str], size: int,
@@ -193,6 +197,12 @@ class Settling:
         is settled after it, without a reconnect. A refused hop, invalid, retry or keep move
         means a staging queue is missing: that is taken for an outage (the reconnect declares
         the queues again)."""
+        try:
+            self._settle_work(work, now_ms)
+        finally:
+            self._series_batch.clear()
+
+    def _settle_work(self, work: list[Work], now_ms: int) -> None:
         if any(w.kind is WorkKind.EXPIRE for w in work):
             work = [self._expired(w, now_ms) if w.kind is WorkKind.EXPIRE else w for w in work]
         while work:
@@ -240,6 +250,8 @@ class Settling:
                     w.noted.at_ms = now_ms
                     outcomes.append(w.noted)
                 continue
+            if kind is WorkKind.SERIES and w.series_key is not None:
+                self._remember(w.series_key, True)
             if kind in _ENTERS_LEVEL:
                 if w.queue and w.move.message is not None:
                     self._let_go(w.queue, w.move.message.headers, len(w.move.message.body),

@@ -32,6 +32,9 @@ class WorkKind(Enum):
     DROP = "drop"
     RESCHEDULE = "reschedule"  # an operator's order: back on the staging queues, due anew
     NOTED = "noted"  # a tool's note of what it did itself: acknowledged, its event recorded
+    # A scheduler series' copy released (``Engine._released_copy``): its staged copy replaced by
+    # the next one, or acknowledged when the series is over.
+    SERIES = "series"
 
 
 @dataclass(slots=True)
@@ -47,3 +50,4 @@ class Work:
     order: Order | None = None  # the operator's order this carries out, answered once done
     count: int = 1  # RETRY: the retry's number; KEEP: times kept
     noted: Outcome | None = None  # NOTED: the event the tool's note tells of
+    series_key: tuple[str, str] | None = None  # SERIES: which copy of which series

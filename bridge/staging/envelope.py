@@ -26,6 +26,9 @@ ENTERED = PREFIX + "entered"  # epoch ms, when it entered the queue it is on now
 # and on every copy), so that a copy's TTL still counts from the original send.
 EXPIRES = PREFIX + "expires"
 MESSAGE_ID = PREFIX + "message-id"  # the original message id
+# On a staged copy: the login of the client that sent it (whose the scheduler's management
+# destination lets browse and remove it).
+SENDER = PREFIX + "sender"
 # On the released message: its due time, epoch ms (what JMS 2.0 calls its JMSDeliveryTime: the
 # time the bridge took the SEND plus the delay, or the JMSDeliveryTime it asked for).
 DELIVERY_TIME = PREFIX + "delivery-time"

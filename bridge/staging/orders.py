@@ -19,6 +19,7 @@ the control topic then, in its body. Nothing here does I/O.
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import uuid
@@ -29,6 +30,8 @@ from enum import Enum
 from adapters.base import Held, Message
 from bridge.staging.catalogue import Entry
 from bridge.staging.envelope import DUE, MESSAGE_ID, PREFIX, TARGET
+from bridge.staging.series import JOB as SERIES_JOB
+from bridge.staging.series import summary as series_summary
 
 ORDER = PREFIX + "order"  # "cancel" or "release"
 ORDER_ID = PREFIX + "order-id"  # names the order in its answers
@@ -59,6 +62,9 @@ NOTE_EXPIRES = PREFIX + "note-expires"
 NOTE_DETAIL = PREFIX + "note-detail"
 # What an engine answers a reschedule whose new due time is not before the message's expiry.
 EXPIRY_ERROR = "expiry-error"
+# On a LIST order: "1" = each row with the staged copy's headers and body (base64): what the
+# scheduler's management destination browses (``bridge.staging.tools.staged_messages``).
+BODIES = PREFIX + "bodies"
 KEEP_MS = 600_000
 # A staged cancel comes due this long before its message: every engine then remembers it for
 # KEEP_MS, through the message's own due time, and the engine holding the message (it takes a
@@ -85,15 +91,16 @@ class Order:
     selector: str | None = None  # LIST: only the messages it selects (a JMS selector)
     due_ms: int | None = None  # RESCHEDULE: the new due time
     moved_ms: int | None = None  # LIST: with the messages moved within this many ms
+    bodies: bool = False  # LIST: the held copies' headers and bodies too
 
     @classmethod
     def new(
         cls, action: Action, message_id: str, reply_topic: str | None, *,
         target: str | None = None, catalogue: bool = False, selector: str | None = None,
-        due_ms: int | None = None, moved_ms: int | None = None,
+        due_ms: int | None = None, moved_ms: int | None = None, bodies: bool = False,
     ) -> Order:
         return cls(action, message_id, uuid.uuid4().hex, reply_topic, target, catalogue,
-                   selector, due_ms, moved_ms)
+                   selector, due_ms, moved_ms, bodies)
 
     @classmethod
     def of_message(cls, message: Message) -> Order:
@@ -127,7 +134,8 @@ class Order:
         return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,
                    headers.get(TARGET) or None, headers.get(CATALOGUE) == "1",
                    headers.get(SELECTOR) or None, int(due) if due else None,
-                   int(moved) if moved.isascii() and moved.isdigit() else None)
+                   int(moved) if moved.isascii() and moved.isdigit() else None,
+                   headers.get(BODIES) == "1")
 
     def headers(self) -> dict[str, str]:
         headers = {ORDER: self.action.value, MESSAGE_ID: self.message_id, ORDER_ID: self.order_id}
@@ -143,6 +151,8 @@ class Order:
             headers[ORDER_DUE] = str(self.due_ms)
         if self.moved_ms is not None:
             headers[MOVED_WITHIN] = str(self.moved_ms)
+        if self.bodies:
+            headers[BODIES] = "1"
         return headers
 
     def message(self) -> Message:
@@ -161,9 +171,19 @@ class Order:
         self, held: Iterable[Held], picks: Callable[[Mapping[str, str]], bool] | None = None
     ) -> list[dict[str, object]]:
         """The rows of the held staged messages this LIST order asks for (``picks``: its
-        compiled selector, over a staged copy's headers)."""
-        return self.copy_rows(((h.queue, h.message.headers, len(h.message.body)) for h in held),
+        compiled selector, over a staged copy's headers); with ``bodies``, each row with its
+        staged copy's headers and body (base64)."""
+        held = list(held)
+        rows = self.copy_rows(((h.queue, h.message.headers, len(h.message.body)) for h in held),
                               picks)
+        if self.bodies:
+            copies = {h.message.headers.get(MESSAGE_ID): h.message for h in held}
+            for row in rows:
+                copy = copies.get(str(row["message_id"]))
+                if copy is not None:
+                    row["headers"] = dict(copy.headers)
+                    row["body"] = base64.b64encode(copy.body).decode()
+        return rows
 
     def copy_rows(
         self, copies: Iterable[tuple[str, Mapping[str, str], int]],
@@ -192,6 +212,8 @@ class Order:
             seen.add(message_id)
             rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
                          "size": size, "queue": queue, **({"moved": 1} if moved else {})})
+            if SERIES_JOB in headers:
+                rows[-1]["series"] = series_summary(headers)
         return rows
 
     def answer_rows(

@@ -23,6 +23,7 @@ the message, and by telling the running engines now (they take it out of their c
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass
 import structlog
 
 from adapters.base import Message, StagedFormat, StagingBroker
-from bridge.staging import envelope
+from bridge.staging import envelope, series
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind
 from bridge.staging.selection import compile_for, picks
@@ -79,12 +80,13 @@ class Row:
     due_ms: int
     size: int
     queue: str
+    series: str = ""  # a scheduler series' copy: what remains of it (``series.summary``)
 
     @classmethod
     def of(cls, row: dict[str, object]) -> Row:
         """A row of an engine's list answer; KeyError or ValueError when it is not one."""
         return cls(str(row["message_id"]), str(row["target"]), int(str(row["due_ms"])),
-                   int(str(row["size"])), str(row["queue"]))
+                   int(str(row["size"])), str(row["queue"]), str(row.get("series", "")))
 
     @property
     def due(self) -> str:
@@ -150,6 +152,39 @@ def _rows(broker: StagingBroker, layout: Layout, target: str | None, message_id:
         if row.message_id not in seen:
             seen.add(row.message_id)
             yield row
+
+
+def staged_messages(
+    broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S
+) -> Iterator[Message]:
+    """Every staged copy, with its headers and body: those on the staging queues, and those the
+    running engines hold where the broker does not show them (each once)."""
+    seen: set[str] = set()
+    for queue in layout.queues:
+        for message in broker.browse(queue):
+            message_id = message.headers.get(envelope.MESSAGE_ID)
+            if message_id is None or envelope.TARGET not in message.headers:
+                continue
+            seen.add(message_id)
+            yield message
+    if broker.sees_held or not broker.consumers(layout.ready):
+        return
+    order = Order.new(Action.LIST, "", _reply_topic(layout), bodies=True)
+    for answer in _ask(broker, layout, order, answer_s,
+                       answers=broker.consumers(layout.ready)):
+        try:
+            for row in rows_of(answer.body):
+                headers, body = row.get("headers"), row.get("body")
+                if not isinstance(headers, dict) or not isinstance(body, str):
+                    continue
+                message_id = str(headers.get(envelope.MESSAGE_ID, ""))
+                if message_id and message_id not in seen:
+                    seen.add(message_id)
+                    yield Message({str(k): str(v) for k, v in headers.items()},
+                                  base64.b64decode(body))
+        except (KeyError, ValueError) as error:
+            structlog.get_logger("staging.tools").warning("ignored a bad list answer",
+                                                          error=str(error))
 
 
 def count(broker: StagingBroker, layout: Layout, *, answer_s: float = ANSWER_S,
@@ -301,7 +336,8 @@ def _queued_rows(
                 continue
             if selector is not None and not picks(selector, message.headers):
                 continue
-            row = Row(info.message_id, info.target, info.due_ms, len(message.body), queue)
+            row = Row(info.message_id, info.target, info.due_ms, len(message.body), queue,
+                      series.summary(message.headers))
             if not _internal(row, layout):
                 yield row
         if unseen is not None and shown < counted.get(queue, 0):
@@ -333,8 +369,11 @@ def render(items: list[Row], *, as_json: bool) -> str:
     if not items:
         return "no staged messages"
     lines = [f"{'MESSAGE ID':<48} {'TARGET':<32} {'DUE (UTC)':<29} {'SIZE':>8}"]
+    if any(r.series for r in items):
+        lines[0] += "  SERIES"
     for r in sorted(items, key=lambda r: r.due_ms):
-        lines.append(f"{r.message_id:<48} {r.target:<32} {r.due:<29} {r.size:>8}")
+        line = f"{r.message_id:<48} {r.target:<32} {r.due:<29} {r.size:>8}"
+        lines.append(f"{line}  {r.series}" if r.series else line)
     return "\n".join(lines)
 
 

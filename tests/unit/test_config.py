@@ -84,6 +84,8 @@ def test_management_url() -> None:
         ({"staging-level-prefetch": "70000"}, ["staging-level-prefetch", "1 to 65535"]),
         ({"staging-level-prefetch": "lots"}, ["staging-level-prefetch", "'lots'"]),
         ({"staging-queue-type": "stream"}, ["staging-queue-type", "classic, quorum", "'stream'"]),
+        ({"activemq-scheduler": "broker"}, ["activemq-scheduler", "take, passthrough"]),
+        ({"activemq-scheduler": "passthrough"}, ["activemq-scheduler", "RabbitMQ has none"]),
         (
             {"broker": "activemq", "staging-queue-type": "quorum"},
             ["staging-queue-type", "ActiveMQ has none"],
