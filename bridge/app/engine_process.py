@@ -62,10 +62,12 @@ class EngineProcess:
         self, settings: Settings, layout: Layout, stats: StagingStats, *,
         journal: tuple[JournalSpec, MutableSequence[int]] | None = None,
         catalogue_counters: MutableSequence[int] | None = None,
+        catalogue_feed: MutableSequence[int] | None = None,
     ) -> None:
         self.settings = settings
         self.journal = journal  # the engine's own journal files, and its shared counters
         self.catalogue_counters = catalogue_counters  # its staged catalogue writer's
+        self.catalogue_feed = catalogue_feed  # the bridge's process's catalogue writer's
         self.layout = layout
         self.stats = stats  # its slots must be shared memory (``stats.shared_slots()``)
         self._ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
@@ -78,7 +80,7 @@ class EngineProcess:
         self.process = self._ctx.Process(
             target=_main,
             args=(self.settings, self.layout, self.stats.slots, self.stop, os.getpid(),
-                  self.journal, self.catalogue_counters),
+                  self.journal, self.catalogue_counters, self.catalogue_feed),
             name="jms-bridge-staging",
             daemon=True,
         )
@@ -132,6 +134,7 @@ def _main(
     parent: int,
     journal: tuple[JournalSpec, MutableSequence[int]] | None = None,
     catalogue_counters: MutableSequence[int] | None = None,
+    catalogue_feed: MutableSequence[int] | None = None,
 ) -> None:
     """The engine process: run the engine until ``stop`` is set or the bridge is gone."""
     _die_with(parent)
@@ -152,7 +155,9 @@ def _main(
     catalogue: Catalogue | None = None
     if settings.staged_catalogue:  # the same file as the bridge's process writes
         keeper = CatalogueWriter(settings.staged_catalogue, catalogue_counters).start()
-        catalogue = Catalogue(settings.staged_catalogue, keeper)
+        # Its answers wait for the bridge's process's writer too (``Catalogue.caught_up``).
+        catalogue = Catalogue(settings.staged_catalogue, keeper,
+                              [catalogue_feed] if catalogue_feed is not None else [])
         sinks.append(CatalogueSink(keeper))
     engine = Engine(staging_broker(settings), layout, stats=StagingStats(slots=slots),
                     level_prefetch=settings.staging_level_prefetch,

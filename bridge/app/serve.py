@@ -19,7 +19,7 @@ from bridge.app.auth import TokenFile
 from bridge.app.brokers import broker_as, staged_format, staging_broker
 from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
-from bridge.app.journal import Journal, new_counters
+from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics, WriterCollector
 from bridge.app.policies import pattern_warnings
 from bridge.app.queue_policies import QueuePolicies, from_management
@@ -31,7 +31,7 @@ from bridge.intercept.delay import DelayInterceptor
 from bridge.intercept.expiry import ExpiryStamp
 from bridge.intercept.guard import StagingGuard
 from bridge.intercept.redelivery import RedeliveryInterceptor
-from bridge.staging.catalogue import CatalogueSink, CatalogueWriter
+from bridge.staging.catalogue import CatalogueSink, CatalogueWriter, new_counters
 from bridge.staging.levels import Layout, layout_for
 from bridge.staging.outcomes import FailureTally, LogSink, Sink, StatsSink
 from bridge.staging.stats import StagingStats, shared_slots
@@ -190,6 +190,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         settings, layout, staging,
         journal=(journal.spec, journal.engine_counters) if journal is not None else None,
         catalogue_counters=engine_catalogue,
+        catalogue_feed=catalogue.counters if catalogue is not None else None,
     ) if settings.staging_engine else None
     if engine is not None:
         staging.pending = lambda: staging.pending_count

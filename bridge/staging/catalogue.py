@@ -19,13 +19,17 @@ Rows a day past due are purged.
 Writing never blocks the caller: changes wait in memory and a writer thread commits all that
 has come in one transaction; past ``MAX_PENDING`` rows waiting they are dropped and counted (the
 message is still staged: it is only missing from the catalogue, and ``staged list --scan``
-still finds it).
+still finds it). A row is offered before its send is confirmed but committed later (up to
+SQLite's busy wait later), so an engine answering from the catalogue first waits until both
+processes' writers have committed what was offered before the order (``Catalogue.caught_up``,
+over the writers' counters in shared memory), or answers without the catalogue.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import multiprocessing.sharedctypes
 import sqlite3
 import threading
 import time
@@ -45,8 +49,13 @@ MAX_PENDING = 200_000  # rows waiting for the writer (about 30 MB); more are dro
 PURGE_EVERY_S = 600.0  # a scan of every row (107 ms at 3,000,000, in-process)
 PURGE_AFTER_MS = 86_400_000  # rows this long past due are gone from every answer anyway
 MAX_ROWS = 10_000  # rows in one answer
+# How long a catalogue answer waits for the writers to commit the rows offered before its order
+# (within the tools' 2 s wait for answers); past it, the engine answers without the catalogue.
+FLUSH_WAIT_S = 1.0
 BUSY_MS = 5_000  # the bridge's and the engine's writers share the file
 WARN_EVERY_S = 60.0
+
+OFFERED, SETTLED = 3, 4  # slots of a writer's counters (``new_counters``)
 
 log = structlog.get_logger("staging.catalogue")
 T = TypeVar("T")
@@ -91,6 +100,13 @@ class Entry:
         default=None, compare=False, repr=False)
 
 
+def new_counters() -> MutableSequence[int]:
+    """A writer's counters (``CatalogueWriter.counters``) in shared memory: ``/metrics`` and
+    the engine's process read them."""
+    counters: MutableSequence[int] = multiprocessing.sharedctypes.RawArray("q", 5)
+    return counters
+
+
 def open_file(path: str) -> sqlite3.Connection:
     """A connection to the catalogue at ``path``, made if missing; ConfigError naming the file
     when SQLite cannot use it."""
@@ -115,9 +131,12 @@ class Catalogue:
     """The engine's side: reads of the catalogue (one connection, used by one thread at a
     time), and the ids an operator's order takes out (through the process's writer)."""
 
-    def __init__(self, path: str, writer: CatalogueWriter | None = None) -> None:
+    def __init__(self, path: str, writer: CatalogueWriter | None = None,
+                 feeds: Sequence[MutableSequence[int]] = ()) -> None:
         self.path = path
         self.writer = writer
+        # The counters of every writer of the file (the bridge's process's come from there).
+        self._feeds = [*([writer.counters] if writer is not None else []), *feeds]
         self._db = open_file(path)
         # Reads run here, off the engine's loop: a large target's rows take a while to sort.
         self._reader = concurrent.futures.ThreadPoolExecutor(
@@ -126,6 +145,21 @@ class Catalogue:
     def later(self, read: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``read`` (which may call ``entries``) on the catalogue's reader thread."""
         return self._reader.submit(read)
+
+    def offered(self) -> list[int]:
+        """How many changes each writer of the file has been offered so far."""
+        return [int(c[OFFERED]) for c in self._feeds]
+
+    def caught_up(self, offered: Sequence[int], wait_s: float | None = None) -> bool:
+        """Whether every writer has committed (or given up on) the changes ``offered``
+        counted, waiting up to ``wait_s`` (``FLUSH_WAIT_S``) on the reader thread: another
+        process's writer is only seen through its counters."""
+        deadline = time.monotonic() + (FLUSH_WAIT_S if wait_s is None else wait_s)
+        while any(int(c[SETTLED]) < n for c, n in zip(self._feeds, offered, strict=True)):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def forget(self, message_ids: Sequence[str]) -> None:
         if self.writer is not None:
@@ -218,8 +252,11 @@ class CatalogueWriter(CountedWriter):
         self._thread = threading.Thread(target=self._run, name="jms-bridge-catalogue",
                                         daemon=True)
         # Rows written (added or taken out, orders kept), rows dropped while too many waited,
-        # rows SQLite refused; shared memory where ``/metrics`` reads them from another process.
-        self.counters: MutableSequence[int] = counters if counters is not None else [0, 0, 0]
+        # rows SQLite refused, rows offered, rows settled (written or refused); shared memory
+        # (``new_counters``) where another process reads them (``/metrics``, the engine).
+        self.counters: MutableSequence[int] = counters if counters is not None else [0] * 5
+        # What a writer before this one (an engine process that died) never settled is lost.
+        self.counters[SETTLED] = self.counters[OFFERED]
         self._warned_at = 0.0
         self._targets: dict[str, int] = {}  # name -> id, as written
 
@@ -237,6 +274,7 @@ class CatalogueWriter(CountedWriter):
             self._gone += gone
             if orders:
                 self._orders += orders
+            self.counters[OFFERED] += len(adds) + len(gone) + len(orders or ())
         self._wake.set()
 
     def forget(self, message_ids: Sequence[str]) -> None:
@@ -289,8 +327,10 @@ class CatalogueWriter(CountedWriter):
                 db.executemany("INSERT OR REPLACE INTO orders VALUES (?, ?, ?)", orders)
             db.execute("COMMIT")
             self.counters[0] += len(adds) + len(gone) + len(orders)
+            self.counters[SETTLED] += len(adds) + len(gone) + len(orders)
         except sqlite3.Error as error:
             self.counters[2] += len(adds) + len(gone) + len(orders)
+            self.counters[SETTLED] += len(adds) + len(gone) + len(orders)
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             if time.monotonic() - self._warned_at > WARN_EVERY_S:

@@ -103,7 +103,16 @@ class OperatorOrders:
                 self._answers.append((reply, self._signed(order.answer_rows(rows), forgotten)))
                 return
 
+            # Every message whose send was confirmed before this order has had its row offered
+            # to a writer (the bridge's, before it forwarded the send): wait for those rows, or
+            # answer without the catalogue (the tool then reads the queues).
+            offered = catalogue.offered()
+
             def answer(catalogue: Catalogue = catalogue) -> Message:  # on its reader thread
+                if not catalogue.caught_up(offered):
+                    self.log.warning("the staged catalogue's writers are behind: a list order "
+                                     "answered without it (the tool reads the queues)")
+                    return self._signed(order.answer_rows(rows), forgotten)
                 return self._signed(order.answer_rows(rows, catalogue.entries(
                     now_ms=now_ms, target=order.target, message_id=order.message_id or None,
                     selector=selector)), forgotten)

@@ -4,6 +4,7 @@ engine answers from it, and the staged cancel that reaches a message due long af
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -239,3 +240,74 @@ def test_rows_past_what_may_wait_are_dropped_and_counted(tmp_path: Path,
     writer.close()
     assert [e.message_id for e in Catalogue(str(tmp_path / "c.db")).entries(now_ms=T0)] == [
         "m0", "m1", "m2"]
+
+
+def _answered(broker: MemoryBroker, engine: object, clock: Clock, order: Order) -> Message:
+    """The engine's answer to ``order`` (its catalogue's reader thread makes it)."""
+    broker.publish(orders.destination(LAYOUT.control), order.message())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        engine.step(clock.now)  # type: ignore[attr-defined]
+        for _, answer in broker.delivered(orders.destination(REPLY)):
+            if answer.headers[orders.ORDER_ID] == order.order_id:
+                return answer
+        time.sleep(0.01)
+    raise AssertionError("no answer")
+
+
+@pytest.mark.parametrize("held_s", [0.3, 3.0])
+def test_a_catalogue_answer_waits_for_the_bridges_writer_or_says_it_is_no_catalogue_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_s: float) -> None:
+    """The bridge's process offers a staged message's row before its send is confirmed, but
+    commits it later, on its writer thread (up to SQLite's busy wait later): an engine answering
+    a list order from the catalogue meanwhile must list it, or answer without the catalogue
+    (the tool then reads the queues)."""
+    from bridge.staging import catalogue as catalogue_module
+
+    monkeypatch.setattr(catalogue_module, "FLUSH_WAIT_S", 1.0)
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    path = str(tmp_path / "c.db")
+    front = CatalogueWriter(path).start()  # the bridge's process's writer
+    keeper = CatalogueWriter(path).start()  # the engine's process's writer
+    engine, _, _ = engine_for(broker, clock, catalogue=Catalogue(path, keeper,
+                                                                 feeds=[front.counters]))
+    engine.step(T0)
+    CatalogueSink(front)([staged("catgap-early", T0 + DAY_MS)])
+    settled(front, 1)
+    # Another writer holds the file: the bridge's writer waits on SQLite's busy wait with the
+    # next row, which its sender has already been told is staged.
+    blocker = open_file(path)
+    blocker.execute("BEGIN IMMEDIATE")
+    CatalogueSink(front)([staged("catgap-late", T0 + DAY_MS)])
+    time.sleep(0.05)
+    threading.Timer(held_s, lambda: blocker.execute("COMMIT")).start()
+    clock.now = T0 + 1
+    answer = _answered(broker, engine, clock, Order.new(Action.LIST, "", REPLY, target=TARGET,
+                                                        catalogue=True))
+    listed = [r["message_id"] for r in orders.rows_of(answer.body)]
+    if held_s < 1.0:  # caught up within the wait: answered from the catalogue, with it
+        assert answer.headers.get(orders.CATALOGUE) == "2", (answer.headers, listed)
+        assert listed == ["catgap-early", "catgap-late"]
+    else:  # not caught up: no catalogue answer, and the tool reads the queues
+        assert orders.CATALOGUE not in answer.headers, (answer.headers, listed)
+    settled(front, 2)
+    engine.catalogue.close()  # type: ignore[union-attr]
+    front.close()
+    blocker.close()
+
+
+def test_rows_a_dead_writer_never_wrote_do_not_hold_the_answers_back(tmp_path: Path) -> None:
+    """An engine process that died with rows offered: the next one's writer, on the same shared
+    counters, does not wait for them."""
+    from bridge.staging.catalogue import new_counters
+
+    path = str(tmp_path / "c.db")
+    counters = new_counters()
+    dead = CatalogueWriter(path, counters)  # never started: its rows are never written
+    CatalogueSink(dead)([staged("catgap-lost", T0 + DAY_MS)])
+    reader = Catalogue(path, CatalogueWriter(path, counters).start())
+    offered = reader.offered()
+    assert offered == [1]
+    assert reader.caught_up(offered, wait_s=0.0)
+    reader.close()
