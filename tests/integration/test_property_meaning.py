@@ -30,8 +30,7 @@ RUN = uuid.uuid4().hex[:6]
 UNDELIVERED = f"jbt-props-{RUN}-undelivered"
 TIBCO = {"dialect": "tibco", "maxRedelivery": 2}  # then deleted, unless asked to be kept
 POLICIES: dict[str, object] = {
-    f"/amq/queue/jbt-props-{RUN}-tibco.*": TIBCO,
-    f"/queue/jbt-props-{RUN}-tibco.*": TIBCO,
+    f"/queue/jbt-props-{RUN}-tibco.*": TIBCO,  # its AMQP consumers' too
 }
 TABLE = compile_table(POLICIES)
 PRESERVE = "JMS_TIBCO_PRESERVE_UNDELIVERED"

@@ -201,7 +201,7 @@ def test_on_activemq_the_header_means_nothing_and_the_policy_applies(
     for _ in range(3):
         got = inbox.take(1, timeout=10)
         assert got, f"delivery {len(counts) + 1} never came"
-        counts.append(got[0].headers["JMSXDeliveryCount"])
+        counts.append(got[0].headers.get("JMSXDeliveryCount", "1"))  # a first delivery: none
         if len(counts) < 3:
             conn.nack(ack_id(got[0]), requeue=value)
         else:
