@@ -177,10 +177,14 @@ def test_amqp_preserve_undelivered_when_it_expires_while_staged(
     channel = conn.channel()
     channel.queue_declare(queue, durable=True)
     channel.queue_declare(UNDELIVERED, durable=True)
-    channel.confirm_delivery()
-    # Its time to live ends when it falls due: it expires on the staging queues.
-    channel.basic_publish("", queue, b"expiring", pika.BasicProperties(
-        headers={"mark": mark, PRESERVE: value, "x-delay": 300}, expiration="300"))
+    # Its time to live (600 ms) ends before it is staged, on the commit 800 ms after the
+    # publish (a TTL not longer than the delay is refused at the send): it expires staged.
+    sending = conn.channel()
+    sending.tx_select()
+    sending.basic_publish("", queue, b"expiring", pika.BasicProperties(
+        headers={"mark": mark, PRESERVE: value, "x-delay": 300}, expiration="600"))
+    time.sleep(0.8)
+    sending.tx_commit()
     kept = _get(channel, UNDELIVERED, mark, timeout=8 if value in KEPT else 3)
     delivered = channel.basic_get(queue, auto_ack=True)[0]
     log = amqp_bridge.log()
