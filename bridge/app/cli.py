@@ -12,7 +12,7 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from bridge import __version__
@@ -25,6 +25,7 @@ from policies.errors import BridgeError, BrokerUnavailable, ConfigError, Refused
 
 if TYPE_CHECKING:
     from adapters.base import StagingBroker
+    from bridge.app.progress import Progress
     from bridge.staging.levels import Layout
     from bridge.staging.tools import Outcome, Row
 
@@ -382,29 +383,47 @@ def _read(rows: Iterator[Row], broker: StagingBroker, layout: Layout, *,
 def _report(ns: argparse.Namespace) -> int:
     try:
         from bridge.pipeline.report import main_with
+        from bridge.pipeline.watch import Interrupted
     except ImportError as exc:
         print(f"jms-bridge: report needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
               file=sys.stderr)
         return EXIT_FAILURE
     try:
-        return main_with(ns)
+        return main_with(ns, _tasks_bar("report"))
     except BridgeError as exc:  # a journal not there, Spark's own failure: in one line
         print(f"jms-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except Interrupted as stopped:
+        print(stopped.line, file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _tasks_bar(what: str) -> Callable[[], Progress]:
+    """A Spark job's progress bar (on a terminal only), made once Spark has started: its
+    tasks are the unit, as the job counts nothing else while it runs."""
+    from bridge.app.progress import Progress
+
+    return lambda: Progress(what, None, unit=" tasks")
 
 
 def _replay(ns: argparse.Namespace, settings: Settings) -> int:
     try:
         from bridge.pipeline.replay import main_with
+        from bridge.pipeline.watch import Interrupted
     except ImportError as exc:
         print(f"jms-bridge: replay needs PySpark (pip install 'jms-bridge[pipeline]'): {exc}",
               file=sys.stderr)
         return EXIT_FAILURE
     from bridge.app.config import bridge_amqp, bridge_stomp
 
-    if settings.broker == "rabbitmq":
-        return main_with(ns, "rabbitmq", bridge_amqp(settings), settings.upstream_management)
-    return main_with(ns, "activemq", bridge_stomp(settings), None)
+    try:
+        if settings.broker == "rabbitmq":
+            return main_with(ns, "rabbitmq", bridge_amqp(settings),
+                             settings.upstream_management, _tasks_bar("replay"))
+        return main_with(ns, "activemq", bridge_stomp(settings), None, _tasks_bar("replay"))
+    except Interrupted as stopped:
+        print(stopped.line, file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:

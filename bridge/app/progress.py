@@ -49,10 +49,11 @@ class Stderr:
 
 
 class Progress:
-    """A count of messages, shown as a bar when ``stream`` is a terminal and not ``quiet``."""
+    """A count (of messages unless ``unit`` says otherwise), shown as a bar when ``stream`` is
+    a terminal and not ``quiet``."""
 
     def __init__(self, what: str, total: int | None, *, quiet: bool = False,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, unit: str = " msg") -> None:
         self.done = 0
         self.total = total
         stream = sys.stderr if stream is None else stream
@@ -62,7 +63,7 @@ class Progress:
 
             # A terminal that gives no size (some `docker exec -t`) would get an empty bar.
             sized = _columns(stream) > 0
-            self._bar = tqdm(total=total, desc=what, unit=" msg", file=stream, leave=True,
+            self._bar = tqdm(total=total, desc=what, unit=unit, file=stream, leave=True,
                              dynamic_ncols=sized, ncols=None if sized else 80,
                              nrows=None if sized else 24,
                              mininterval=0.2)
@@ -72,6 +73,15 @@ class Progress:
         self.done += n
         if self._bar is not None:
             self._bar.update(n)
+
+    def reach(self, done: int, total: int | None) -> None:
+        """The count and total as they are now (a Spark job's tasks: its total grows as its
+        stages start)."""
+        if self._bar is not None and total != self.total:
+            self._bar.total = total
+            self._bar.refresh()
+        self.total = total
+        self.advance(done - self.done)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -32,7 +32,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 
 from bridge.pipeline.spark_selectors import matches
 from bridge.pipeline.session import existing_paths, in_one_line, started
+from bridge.pipeline.watch import Interrupted, Meter, Watch
 
 LEDGER_PREFIX = "jms-bridge.replay-ledger."
 BATCH = 500
@@ -169,6 +170,7 @@ def publish_partition(target: Target, rows: Iterable[Any]) -> Iterator[dict[str,
     from policies.errors import BrokerUnavailable, PutRefused
 
     _quiet_logs()
+    _no_sigint()
     speedups.install()  # this worker process publishes in bulk, as the staging engine does
     tools = target.tools()
     fmt = tools.format
@@ -233,6 +235,17 @@ def _quiet_logs() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
+def _no_sigint() -> None:
+    """A terminal's Ctrl-C reaches this worker too (one process group): the driver cancels the
+    job, and the worker stops between transactions without a traceback of its own."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the worker's main thread
+        pass
+
+
 def run(
     spark: SparkSession,
     archives: list[str],
@@ -241,15 +254,17 @@ def run(
     *,
     broker: str,
     partitions: int | None = None,
+    done: set[str] | None = None,
 ) -> Summary:
-    """The job. ``partitions``: how many publish in parallel (default: Spark's parallelism)."""
+    """The job. ``partitions``: how many publish in parallel (default: Spark's parallelism);
+    ``done``: the ledger's keys, if the caller read them already."""
     started = time.monotonic()
     summary = Summary(ledger=target.ledger_queue)
     rows = read_archive(spark, archives)
     summary.archive_rows = rows.count()
     chosen = selected(rows, selector, broker).persist()
     summary.matched = chosen.count()
-    done = done_keys(target)
+    done = done_keys(target) if done is None else done
     if done:
         done_df = spark.createDataFrame([(k,) for k in done], "key STRING")
         todo = chosen.join(F.broadcast(done_df), "key", "left_anti")
@@ -287,9 +302,11 @@ def target_of(ns: argparse.Namespace, broker: str, endpoint: Any, management: An
     return Target(broker, endpoint, management, ns.to, ledger, ns.rate, ns.batch)
 
 
-def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: Any) -> int:
-    """``jms-bridge replay``: 0 when every matching message is replayed (now or before).
-    ``endpoint``: the broker connection the bridge's own tools use (the CLI resolves it)."""
+def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: Any,
+              meter: Callable[[], Meter] | None = None) -> int:
+    """``jms-bridge replay``: 0 when every matching message is replayed (now or before);
+    ``Interrupted`` when Ctrl-C stopped it. ``endpoint``: the broker connection the bridge's
+    own tools use (the CLI resolves it); ``meter``: the progress bar the job's tasks advance."""
     from policies.selector import parse
 
     if ns.selector:
@@ -298,13 +315,26 @@ def main_with(ns: argparse.Namespace, broker: str, endpoint: Any, management: An
     target = target_of(ns, broker, endpoint, management)
     spark = started(ns.master, "jms-bridge replay", ns.conf)
     where = spark.sparkContext.master  # named in a failure's line
+    done: set[str] = set()
     try:
-        summary = run(spark, ns.archive, ns.selector, target, broker=broker,
-                      partitions=ns.partitions)
-    except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
-        raise in_one_line(exc, f"replay failed on {where}") from None
+        with Watch(spark, meter) as watch:
+            try:
+                done = done_keys(target)
+                summary = run(spark, ns.archive, ns.selector, target, broker=broker,
+                              partitions=ns.partitions, done=done)
+            except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (in_one_line)
+                if not watch.asked:
+                    raise in_one_line(exc, f"replay failed on {where}") from None
+                interrupted = True
+            else:
+                interrupted = False
     finally:
         spark.stop()
+    if interrupted:  # Spark stopped: no worker publishes any more
+        now = len(done_keys(target) - done)
+        raise Interrupted(f"interrupted: {now:,} replayed so far (in the ledger "
+                          f"{target.ledger_queue}); the rest stays in the archive, and the "
+                          "same command goes on where it stopped")
     print(render(summary))
     if ns.out:
         _write_summary(ns.out, summary)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from bridge.pipeline import journal
 from bridge.pipeline.options import add_arguments
 from bridge.pipeline.session import existing_paths, in_one_line, started
+from bridge.pipeline.watch import Interrupted, Meter, Watch
 
 # Upper bounds (ms, inclusive) of the lateness buckets; below 0 is early, above the last is
 # the last bucket.
@@ -186,16 +187,21 @@ def _write_text(spark: SparkSession, uri: str, text: str) -> None:
         stream.close()
 
 
-def main_with(ns: argparse.Namespace) -> int:
+def main_with(ns: argparse.Namespace, meter: Callable[[], Meter] | None = None) -> int:
     """``jms-bridge report``; a ConfigError of one line for a journal that is not there or a
-    failure in Spark."""
+    failure in Spark; ``Interrupted`` when Ctrl-C stopped it. ``meter``: the progress bar the
+    job's tasks advance."""
     existing_paths(ns.journal, "--journal")
     spark = started(ns.master, "jms-bridge report", ns.conf)
     where = spark.sparkContext.master  # named in a failure's line
     try:
-        report = run(spark, ns.journal, ns.out, since_ms=ns.since, until_ms=ns.until)
-    except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (session.in_one_line)
-        raise in_one_line(exc, f"report failed on {where}") from None
+        with Watch(spark, meter) as watch:
+            try:
+                report = run(spark, ns.journal, ns.out, since_ms=ns.since, until_ms=ns.until)
+            except Exception as exc:  # noqa: BLE001 - Spark's own, in one line (in_one_line)
+                if watch.asked:
+                    raise Interrupted("interrupted: the report was not written") from None
+                raise in_one_line(exc, f"report failed on {where}") from None
     finally:
         spark.stop()
     print(f"{report.events} events; tables and report.html in {ns.out} "
@@ -206,7 +212,11 @@ def main_with(ns: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    return main_with(parser.parse_args(argv))
+    try:
+        return main_with(parser.parse_args(argv))
+    except Interrupted as stopped:
+        print(stopped.line, file=sys.stderr)
+        return 130  # 128 + SIGINT
 
 
 if __name__ == "__main__":
