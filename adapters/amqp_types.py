@@ -2,10 +2,10 @@
 
 Messages cross the staging interface as STOMP headers (strings), so an AMQP header table's
 integers, booleans, floats and decimals would come back as strings and its byte strings,
-timestamps and nested tables not at all. A message that entered through the AMQP front-end therefore carries
-its typed table (and its delivery mode) in one more header, ``TYPES_HEADER``: an AMQP field
-table, base64. Whoever turns STOMP headers back into AMQP properties (``amqp_properties``) lays
-the typed values back over the strings:
+timestamps and nested tables not at all. A message that entered through the AMQP front-end
+therefore carries its typed table (and its delivery mode) in one more header,
+``TYPES_HEADER``: an AMQP field table, base64. Whoever turns STOMP headers back into AMQP
+properties (``amqp_properties``) lays the typed values back over the strings:
 
 - an entry whose string is the one the STOMP view made of the typed value gets the typed value;
 - an entry the STOMP view could not show (it dropped it) comes back typed, unless it was

@@ -26,8 +26,8 @@ import urllib.request
 from typing import Any
 
 import pika
-from pika.exchange_type import ExchangeType
 from pika.adapters.blocking_connection import BlockingChannel
+from pika.exchange_type import ExchangeType
 
 from adapters.base import BrokerExpiry, Held, Message
 from adapters.rabbitmq_connection import Connection, Tag
@@ -164,4 +164,4 @@ class Expiries(Connection):
 
 
 def _now_ms() -> int:
-    return int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    return int(dt.datetime.now(dt.UTC).timestamp() * 1000)

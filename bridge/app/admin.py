@@ -31,14 +31,14 @@ from bridge.app.policies import policy_report
 from bridge.app.probes import probe, probe_amqp
 from bridge.staging import tools
 from bridge.staging.envelope import Staged
-from bridge.staging.outcomes import Kind, Outcome, Sink
 from bridge.staging.levels import Layout
+from bridge.staging.outcomes import Kind, Outcome, Sink
 from bridge.staging.stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError, ConfigError, Refused
 from policies.redelivery import PolicyTable
-from policies.when import due_at, due_in
 from policies.selector import ACTIVEMQ, RABBITMQ, InvalidSelector, parse
+from policies.when import due_at, due_in
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Open to anyone who can reach the port: what probes and Prometheus scrape.

@@ -362,7 +362,7 @@ def _read(rows: Iterator[Row], broker: StagingBroker, layout: Layout, *,
           quiet: bool) -> list[Row] | None:
     """The rows, with a progress bar on a terminal; None when Ctrl-C stopped the reading (one
     line says how far it got)."""
-    from bridge.app.progress import Progress, interruptible, interrupted_line
+    from bridge.app.progress import Progress, interrupted_line, interruptible
 
     try:
         total: int | None = sum(broker.depths(layout.queues).values())

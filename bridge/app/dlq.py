@@ -16,13 +16,13 @@ from types import FrameType
 
 from adapters.queues import QueueTools, Visit
 from bridge.app.config import Settings, bridge_amqp, bridge_stomp, parse_hostport
+from bridge.app.progress import EXIT_INTERRUPTED, Progress, interrupted_line, interruptible
 from bridge.deadletter import archive, ops
 from bridge.deadletter.handler import Handler
 from policies.dlqrules import Rules, parse_rules
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
 from policies.naming import queue_name
-from bridge.app.progress import EXIT_INTERRUPTED, Progress, interrupted_line, interruptible
 from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
 
 EXIT_FAILURE = 1

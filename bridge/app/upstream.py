@@ -6,8 +6,9 @@ has jitter and a low cap (several bridges must not knock in step, and the first 
 broker is back comes within ``RETRY_MAX_S``), and declares the staging queues once it answers.
 Until then ``/readyz`` says why not. A client that connects before the first try has ended
 waits for it (``settled``), so an application started beside its bridge is served; after a
-failed try, a client's CONNECT gets an ERROR frame naming the broker. ``--upstream-wait SECONDS`` asks for the old behaviour: ``wait`` gives up after that
-long, and the bridge exits naming the broker.
+failed try, a client's CONNECT gets an ERROR frame naming the broker. ``--upstream-wait
+SECONDS`` asks for the old behaviour: ``wait`` gives up after that long, and the bridge exits
+naming the broker.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ were never read holds the failure (``Hold``) while they are.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -180,9 +181,8 @@ class RedeliveryInterceptor(Interceptor):
                 # configured policy if the look its consumer's arrival started is not done.
                 if (name is not None and settle.outcome is not Settlement.ROLLBACK
                         and source.policy_of(vhost, name) is PENDING):
-                    check, wanted = source.check, name
-                    return Hold(("queue arguments", vhost, wanted),
-                                lambda: check(vhost, wanted))
+                    return Hold(("queue arguments", vhost, name),
+                                functools.partial(source.check, vhost, name))
         now = self.clock()
         outcomes: list[Outcome] = []
         copies = tuple(c for d, queue in failed

@@ -6,7 +6,8 @@ JSON lines, one row a message, any URI Spark reads). The job
 1. reads it, keeps one row per message (an interrupted export may have written a message twice:
    the key is its original id, else queue + broker id + position) and the rows the JMS selector
    selects (the dead-letter tools' grammar and header map, ``JMSDestination='Queue[A]'`` being
-   the original destination), compiled to a Spark SQL expression (``bridge.pipeline.spark_selectors``);
+   the original destination), compiled to a Spark SQL expression
+   (``bridge.pipeline.spark_selectors``);
 2. leaves out the keys in the ledger: a queue on the broker (``jms-bridge.replay-ledger.<name>``)
    whose messages list the keys already replayed;
 3. in each partition, puts its messages back to their original destination (or ``--to``) with
@@ -40,8 +41,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bridge.pipeline.spark_selectors import matches
 from bridge.pipeline.session import existing_paths, in_one_line, started
+from bridge.pipeline.spark_selectors import matches
 from bridge.pipeline.watch import Interrupted, Meter, Watch
 
 LEDGER_PREFIX = "jms-bridge.replay-ledger."

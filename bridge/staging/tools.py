@@ -37,8 +37,6 @@ import structlog
 from adapters.base import Message, StagedFormat, StagingBroker
 from bridge.staging import envelope, series
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Kind
-from bridge.staging.selection import compile_for, picks
 from bridge.staging.orders import (
     CANCEL_LEAD_MS,
     CATALOGUE,
@@ -55,6 +53,8 @@ from bridge.staging.orders import (
     destination,
     rows_of,
 )
+from bridge.staging.outcomes import Kind
+from bridge.staging.selection import compile_for, picks
 from policies.errors import BridgeError, BrokerUnavailable, PutRefused, Refused
 from policies.naming import target_forms
 from policies.reasons import MQRC_EXPIRY_ERROR
