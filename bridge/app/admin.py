@@ -27,13 +27,13 @@ from adapters.queues import QueueTools
 from bridge.app import dlq_admin, logs, webconsole
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
-from bridge.app.policies import policy_report
+from bridge.app.policy_report import policy_report
 from bridge.app.probes import probe, probe_amqp
 from bridge.staging import tools
 from bridge.staging.envelope import Staged
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, Outcome, Sink
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError, ConfigError, Refused
 from policies.redelivery import PolicyTable

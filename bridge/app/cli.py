@@ -205,7 +205,7 @@ def _scan_flag(parser: argparse.ArgumentParser) -> None:
 
 def _policy(ns: argparse.Namespace, settings: Settings) -> int:
     """``jms-bridge policy show``: what a configuration does before anyone relies on it."""
-    from bridge.app.policies import policy_report, render_policy
+    from bridge.app.policy_report import policy_report, render_policy
     from bridge.app.queue_policies import declared_policies
 
     if ns.upto is not None and not 1 <= ns.upto <= 1000:

@@ -25,7 +25,7 @@ import structlog
 from adapters.base import Message, StagedFormat
 from adapters.queues import DROP, KEEP, Action, Found, Put, QueueTools, Visit
 from bridge.deadletter import metadata
-from bridge.deadletter.stats import DeadLetterStats
+from bridge.deadletter.deadletter_stats import DeadLetterStats
 from policies.dlqrules import Decision, Rules
 
 log = structlog.get_logger("deadletter.handler")

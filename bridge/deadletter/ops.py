@@ -30,7 +30,7 @@ import structlog
 from adapters.base import Message, StagedFormat
 from adapters.queues import DROP, KEEP, Action, Found, Put, QueueTools, SweepReport, Visit
 from bridge.deadletter import metadata
-from bridge.deadletter.stats import DeadLetterStats
+from bridge.deadletter.deadletter_stats import DeadLetterStats
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
 from policies.selector import HeaderMap, Selector, compile_selector
 

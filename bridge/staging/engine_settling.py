@@ -31,7 +31,7 @@ from bridge.staging.failures import FailurePath, attempts_of, retry_wait_ms
 from bridge.staging.levels import Layout
 from bridge.staging.orders import Orders
 from bridge.staging.outcomes import Kind, Outcome, Sink
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.failures import Cause

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from structlog.typing import FilteringBoundLogger
 
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION, MQRC_BACKOUT_THRESHOLD_REACHED, Reason
 
 

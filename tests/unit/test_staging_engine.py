@@ -30,7 +30,7 @@ from bridge.staging.engine import (
 from bridge.staging.engine_settling import INVALID_QUEUE, INVALID_REASON
 from bridge.staging.levels import MAX_LEVEL, Layout
 from bridge.staging.outcomes import Kind, Outcome
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION
 from tests.unit.memory_broker import MemoryBroker
 

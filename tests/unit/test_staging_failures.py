@@ -11,7 +11,7 @@ from bridge.staging import envelope
 from bridge.staging.engine import Engine
 from bridge.staging.failures import FailureSettings
 from bridge.staging.outcomes import Kind, Outcome
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies import reports
 from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
 from policies.redelivery import compile_table
