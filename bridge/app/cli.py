@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from adapters.base import StagingBroker
     from bridge.app.progress import Progress
     from bridge.staging.levels import Layout
-    from bridge.staging.tools import Outcome, Row
+    from bridge.staging.tools import OrderOutcome as Outcome
+    from bridge.staging.tools import Row
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
