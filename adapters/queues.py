@@ -48,7 +48,7 @@ class Put:
 
 KEEP = Keep()
 DROP = Drop()
-Action = Keep | Drop | Put
+SweepAction = Keep | Drop | Put
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class Found:
 @dataclass(frozen=True, slots=True)
 class Visit:
     found: Found
-    action: Action
+    action: SweepAction
 
 
 @dataclass(slots=True)
@@ -96,7 +96,7 @@ class QueueTools(Protocol):
     def sweep(
         self,
         queue: str,
-        decide: Callable[[Found], Action],
+        decide: Callable[[Found], SweepAction],
         *,
         limit: int | None = None,
         batch: int = 500,

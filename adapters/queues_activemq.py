@@ -35,7 +35,7 @@ from adapters.activemq import ActiveMQ, message_from_frame
 from adapters.activemq_connection import activemq_reason
 from adapters.activemq_puts import corked, valid_destination
 from adapters.base import Message
-from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
+from adapters.queues import KEEP, Drop, Found, Keep, Put, SweepAction, SweepReport, Visit
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
 
@@ -99,7 +99,7 @@ class ActiveMQQueues(ActiveMQ):
     def sweep(
         self,
         queue: str,
-        decide: Callable[[Found], Action],
+        decide: Callable[[Found], SweepAction],
         *,
         limit: int | None = None,
         batch: int = 500,
@@ -114,7 +114,7 @@ class ActiveMQQueues(ActiveMQ):
     def _round(
         self,
         queue: str,
-        decide: Callable[[Found], Action],
+        decide: Callable[[Found], SweepAction],
         limit: int | None,
         batch: int,
         before_commit: Callable[[Sequence[Visit]], None] | None,

@@ -30,7 +30,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from adapters.base import Message
-from adapters.queues import KEEP, Action, Drop, Found, Keep, Put, SweepReport, Visit
+from adapters.queues import KEEP, Drop, Found, Keep, Put, SweepAction, SweepReport, Visit
 from adapters.rabbitmq import RabbitMQ
 from adapters.rabbitmq_connection import close_quietly, refusal_reason, unflushed
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
@@ -188,7 +188,7 @@ class RabbitMQQueues(RabbitMQ):
     def sweep(
         self,
         queue: str,
-        decide: Callable[[Found], Action],
+        decide: Callable[[Found], SweepAction],
         *,
         limit: int | None = None,
         batch: int = 500,

@@ -39,7 +39,7 @@ from adapters import rabbitmq  # noqa: E402
 from bridge.frontends.amqp.builders import PROTOCOL_HEADER  # noqa: E402
 from bridge.frontends.amqp.connection import DeliveryRun, ProxyConnection, State  # noqa: E402
 from bridge.frontends.amqp.settling import ConsumerSide  # noqa: E402
-from bridge.frontends.stats import RelayStats  # noqa: E402
+from bridge.frontends.relay_stats import RelayStats  # noqa: E402
 from bridge.intercept.chain import Chain  # noqa: E402
 from bridge.intercept.delay import DelayInterceptor  # noqa: E402
 from bridge.intercept.guard import StagingGuard  # noqa: E402

@@ -44,7 +44,7 @@ from bridge.intercept.delay import DelayInterceptor  # noqa: E402
 from bridge.intercept.guard import StagingGuard  # noqa: E402
 from bridge.staging.levels import Layout  # noqa: E402
 from bridge.staging.outcomes import StatsSink  # noqa: E402
-from bridge.staging.stats import StagingStats  # noqa: E402
+from bridge.staging.staging_stats import StagingStats  # noqa: E402
 from bridge.staging.targets import TargetChecks, TargetKey  # noqa: E402
 from policies.delay import DelayConfig  # noqa: E402
 

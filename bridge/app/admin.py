@@ -27,13 +27,13 @@ from adapters.queues import QueueTools
 from bridge.app import dlq_admin, logs, webconsole
 from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
-from bridge.app.policies import policy_report
+from bridge.app.policy_report import policy_report
 from bridge.app.probes import probe, probe_amqp
 from bridge.staging import tools
 from bridge.staging.envelope import Staged
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Kind, Outcome, Sink
-from bridge.staging.stats import StagingStats
+from bridge.staging.outcomes import Kind, MessageOutcome, Sink
+from bridge.staging.staging_stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError, ConfigError, Refused
 from policies.redelivery import PolicyTable
@@ -342,7 +342,7 @@ class Admin:
 
         return await self._with_broker(work)
 
-    def _outcome(self, message_id: str, outcome: tools.Outcome | None) -> web.Response:
+    def _outcome(self, message_id: str, outcome: tools.OrderOutcome | None) -> web.Response:
         """200 with what was done; 404 when nothing had the message; 409 when the engine
         that held it could not do as asked (its time to live was up, its target refused it).
         Counted here when this process did it; an engine counts what it does."""
@@ -355,7 +355,7 @@ class Admin:
             return web.json_response({outcome.done: message_id, "due_ms": outcome.due_ms})
         return web.json_response({outcome.done: message_id})
 
-    def _count(self, outcome: tools.Outcome) -> None:
+    def _count(self, outcome: tools.OrderOutcome) -> None:
         """What this process did itself, counted and recorded here unless a running engine
         took the note of it (it counts and records it then: once either way)."""
         if outcome.by_engine or outcome.noted:
@@ -376,7 +376,7 @@ class Admin:
             if kind is None:
                 return
             due = outcome.due_ms if kind is Kind.RESCHEDULED else info.due_ms
-            recorded = Outcome(
+            recorded = MessageOutcome(
                 kind, time.time_ns() // 1_000_000, info.message_id, info.target, due,
                 info.expires_ms, size=len(outcome.staged.body),
                 detail=f"was due at {info.due_ms}" if kind is Kind.RESCHEDULED else "",

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from adapters.base import StagingBroker
     from bridge.app.progress import Progress
     from bridge.staging.levels import Layout
-    from bridge.staging.tools import Outcome, Row
+    from bridge.staging.tools import OrderOutcome as Outcome
+    from bridge.staging.tools import Row
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -205,7 +206,7 @@ def _scan_flag(parser: argparse.ArgumentParser) -> None:
 
 def _policy(ns: argparse.Namespace, settings: Settings) -> int:
     """``jms-bridge policy show``: what a configuration does before anyone relies on it."""
-    from bridge.app.policies import policy_report, render_policy
+    from bridge.app.policy_report import policy_report, render_policy
     from bridge.app.queue_policies import declared_policies
 
     if ns.upto is not None and not 1 <= ns.upto <= 1000:

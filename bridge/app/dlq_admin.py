@@ -26,7 +26,7 @@ from aiohttp import web
 
 from adapters.queues import QueueTools
 from bridge.deadletter import ops
-from bridge.deadletter.stats import DeadLetterStats
+from bridge.deadletter.deadletter_stats import DeadLetterStats
 from policies.errors import BridgeError, ConfigError
 from policies.naming import queue_name
 from policies.selector import HeaderMap

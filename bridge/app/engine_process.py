@@ -36,7 +36,7 @@ from bridge.staging.engine import Engine
 from bridge.staging.failures import FailureSettings
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Sink
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.backoff import backoff_ms
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -69,7 +69,7 @@ class EngineProcess:
         self.catalogue_counters = catalogue_counters  # its staged catalogue writer's
         self.catalogue_feed = catalogue_feed  # the bridge's process's catalogue writer's
         self.layout = layout
-        self.stats = stats  # its slots must be shared memory (``stats.shared_slots()``)
+        self.stats = stats  # its slots must be shared memory (``staging_stats.shared_slots()``)
         self._ctx = multiprocessing.get_context("spawn")  # never fork a process with threads
         self.stop = self._ctx.Event()
         self.process: multiprocessing.process.BaseProcess | None = None

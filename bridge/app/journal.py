@@ -43,7 +43,7 @@ from adapters.base import Message
 from bridge.app.config import Settings
 from bridge.app.metrics import WriterCollector
 from bridge.staging.envelope import Staged
-from bridge.staging.outcomes import UNJOURNALED, CountedWriter, Kind, Outcome
+from bridge.staging.outcomes import UNJOURNALED, CountedWriter, Kind, MessageOutcome
 from policies.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -83,7 +83,7 @@ def instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def record(o: Outcome, *, broker: str, instance: str, role: str) -> dict[str, Any]:
+def record(o: MessageOutcome, *, broker: str, instance: str, role: str) -> dict[str, Any]:
     """The journal line of one outcome (absent fields are left out, not null)."""
     kind = o.kind
     line: dict[str, Any] = {"v": SCHEMA_VERSION, "time": o.at_ms, "event": kind.value,
@@ -151,7 +151,7 @@ class JournalWriter(CountedWriter):
         self._thread.start()
         return self
 
-    def submit(self, outcomes: Sequence[Outcome]) -> None:
+    def submit(self, outcomes: Sequence[MessageOutcome]) -> None:
         """Queue a batch for writing, or count it dropped; never waits."""
         try:
             self._queue.put_nowait(outcomes)
@@ -195,7 +195,7 @@ class JournalWriter(CountedWriter):
             ):
                 self._close_file()
 
-    def _write(self, outcomes: Sequence[Outcome]) -> None:
+    def _write(self, outcomes: Sequence[MessageOutcome]) -> None:
         spec, role = self.spec, self.role
         try:
             text = "".join(
@@ -310,7 +310,7 @@ class JournalSink:
     def __init__(self, writer: JournalWriter) -> None:
         self.writer = writer
 
-    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+    def __call__(self, outcomes: Sequence[MessageOutcome]) -> None:
         batch = tuple(o for o in outcomes if o.kind not in UNJOURNALED)
         if batch:
             self.writer.submit(batch)
@@ -369,8 +369,8 @@ def journal_tool(settings: Settings, kind: Kind, staged: Message, *,
                            "tool").start()
     try:
         detail = f"was due at {info.due_ms}" if due_ms is not None else ""
-        JournalSink(writer)([Outcome(kind, now, info.message_id, info.target,
-                                     due_ms if due_ms is not None else info.due_ms,
-                                     info.expires_ms, size=len(staged.body), detail=detail)])
+        JournalSink(writer)([MessageOutcome(kind, now, info.message_id, info.target,
+                                            due_ms if due_ms is not None else info.due_ms,
+                                            info.expires_ms, size=len(staged.body), detail=detail)])
     finally:
         writer.close()

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from bridge.deadletter.stats import DeadLetterStats
+from bridge.deadletter.deadletter_stats import DeadLetterStats
 from bridge.frontends.amqp.framer import method_name
-from bridge.frontends.stats import AmqpStats, RelayStats
+from bridge.frontends.relay_stats import AmqpStats, RelayStats
 
 
 class WriterCollector(Collector):

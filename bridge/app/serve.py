@@ -21,7 +21,7 @@ from bridge.app.config import Settings, bridge_amqp
 from bridge.app.engine_process import EngineProcess
 from bridge.app.journal import Journal
 from bridge.app.metrics import Metrics, WriterCollector
-from bridge.app.policies import pattern_warnings
+from bridge.app.policy_report import pattern_warnings
 from bridge.app.queue_policies import QueuePolicies, from_management
 from bridge.app.resources import needed, raise_open_files, return_freed_memory
 from bridge.app.tls import CertFiles, client_context, server_context
@@ -34,7 +34,7 @@ from bridge.intercept.redelivery import RedeliveryInterceptor
 from bridge.staging.catalogue import CatalogueSink, CatalogueWriter, new_counters
 from bridge.staging.levels import Layout, layout_for
 from bridge.staging.outcomes import FailureTally, LogSink, Sink, StatsSink
-from bridge.staging.stats import StagingStats, shared_slots
+from bridge.staging.staging_stats import StagingStats, shared_slots
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
 from policies.endpoints import Endpoint

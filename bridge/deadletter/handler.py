@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from adapters.base import Message, StagedFormat
-from adapters.queues import DROP, KEEP, Action, Found, Put, QueueTools, Visit
+from adapters.queues import DROP, KEEP, Found, Put, QueueTools, SweepAction, Visit
 from bridge.deadletter import metadata
-from bridge.deadletter.stats import DeadLetterStats
+from bridge.deadletter.deadletter_stats import DeadLetterStats
 from policies.dlqrules import Decision, Rules
 
 log = structlog.get_logger("deadletter.handler")
@@ -57,7 +57,7 @@ class Handler:
         self.totals = Totals()
         self._ignored: dict[str, None] = {}
 
-    def action(self, found: Found) -> tuple[Action, Decision, metadata.Info]:
+    def action(self, found: Found) -> tuple[SweepAction, Decision, metadata.Info]:
         headers = found.message.headers
         info = metadata.describe(headers, found.broker_id)
         decision = self.rules.decide(metadata.facts(info, headers))
@@ -76,7 +76,7 @@ class Handler:
         """One sweep of the input queue; how many messages it saw."""
         decided: dict[int, tuple[Decision, metadata.Info]] = {}
 
-        def decide(found: Found) -> Action:
+        def decide(found: Found) -> SweepAction:
             act, decision, info = self.action(found)
             if act is KEEP:
                 key = info.original_id or found.broker_id

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from adapters.base import Message, StagedFormat
-from adapters.queues import DROP, KEEP, Action, Found, Put, QueueTools, SweepReport, Visit
+from adapters.queues import DROP, KEEP, Found, Put, QueueTools, SweepAction, SweepReport, Visit
 from bridge.deadletter import metadata
-from bridge.deadletter.stats import DeadLetterStats
+from bridge.deadletter.deadletter_stats import DeadLetterStats
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
 from policies.selector import HeaderMap, Selector, compile_selector
 
@@ -74,7 +74,7 @@ class Entry:
 
 
 @dataclass(slots=True)
-class Outcome:
+class QueueOperationOutcome:
     """What an operation that changes a queue did."""
 
     operation: str
@@ -178,7 +178,7 @@ def change(
     label: str | None = None,
     on_seen: Callable[[], None] | None = None,
     stop: Callable[[], bool] | None = None,
-) -> Outcome:
+) -> QueueOperationOutcome:
     """purge, replay or move: one sweep of ``queue``. A refused put or a lost broker stops
     it: what was committed before stays done, the rest stays on the queue, and the outcome
     says why it stopped (``error``). ``label`` names the operation in logs and counters.
@@ -188,11 +188,11 @@ def change(
         raise ConfigError("dlq move needs --to DEST (where the messages go, metadata and all)")
     if operation not in ("purge", "replay", "move"):
         raise ConfigError(f"unknown operation {operation!r}")
-    outcome = Outcome(label or operation, queue)
+    outcome = QueueOperationOutcome(label or operation, queue)
     infos: dict[int, metadata.Info] = {}
     started = time.monotonic()
 
-    def decide(found: Found) -> Action:
+    def decide(found: Found) -> SweepAction:
         if on_seen is not None:
             on_seen()
         headers = found.message.headers

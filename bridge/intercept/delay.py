@@ -21,7 +21,7 @@ from bridge.intercept.views import Send
 from bridge.staging import envelope
 from bridge.staging.envelope import staged_headers
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Kind, Outcome, Sink
+from bridge.staging.outcomes import Kind, MessageOutcome, Sink
 from bridge.staging.series import check_cron, cron_next, series_headers
 from bridge.staging.targets import PASSES, TargetChecks, TargetKey, Unknown
 from policies.delay import DelayConfig, delay_of
@@ -71,12 +71,12 @@ class DelayInterceptor(Interceptor):
             return self._stage(send)
         except Refused as refusal:
             if self.sinks:
-                self._tell(Outcome(Kind.REFUSED, self.clock(), send.headers.get(
+                self._tell(MessageOutcome(Kind.REFUSED, self.clock(), send.headers.get(
                     self.fmt.message_id_header or "message-id"), send.destination,
                     reason=refusal.reason, detail=refusal.detail, size=send.body_size))
             return Refuse(refusal)
 
-    def _tell(self, outcome: Outcome) -> None:
+    def _tell(self, outcome: MessageOutcome) -> None:
         for sink in self.sinks:
             sink((outcome,))
 
@@ -153,9 +153,9 @@ class DelayInterceptor(Interceptor):
                 if name == envelope.MESSAGE_ID:
                     original_id = value
                     break
-            self._tell(Outcome(Kind.STAGED, now, original_id, destination,
-                               delayed.due_ms, delayed.expires_ms, queue=queue,
-                               size=send.body_size, headers=staged))
+            self._tell(MessageOutcome(Kind.STAGED, now, original_id, destination,
+                                      delayed.due_ms, delayed.expires_ms, queue=queue,
+                                      size=send.body_size, headers=staged))
         return Rewrite(staging, staged)
 
     def _verdict(self, send: Send) -> PutCheck | Hold:

@@ -34,7 +34,7 @@ from bridge.intercept.decisions import RELAY, Copy, Decision, Hold, Replace, Sta
 from bridge.intercept.views import Delivery, Principal, Settle, Settlement, Subscribe
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Kind, Outcome, Sink
+from bridge.staging.outcomes import Kind, MessageOutcome, Sink
 from policies.delay import matches
 from policies.naming import QUEUE, is_queue, named
 from policies.reasons import MQRC_BACKOUT_THRESHOLD_REACHED
@@ -184,7 +184,7 @@ class RedeliveryInterceptor(Interceptor):
                     return Hold(("queue arguments", vhost, name),
                                 functools.partial(source.check, vhost, name))
         now = self.clock()
-        outcomes: list[Outcome] = []
+        outcomes: list[MessageOutcome] = []
         copies = tuple(c for d, queue in failed
                        if (c := self._copy(d, queue, settle, now, outcomes)) is not None)
         for sink in self.sinks:
@@ -192,7 +192,7 @@ class RedeliveryInterceptor(Interceptor):
         return Replace(copies) if copies else RELAY
 
     def _copy(
-        self, d: Delivery, queue: str, settle: Settle, now: int, outcomes: list[Outcome]
+        self, d: Delivery, queue: str, settle: Settle, now: int, outcomes: list[MessageOutcome]
     ) -> Copy | None:
         """``queue``: where ``d`` was consumed from (:func:`consumed_from`)."""
         failures = delivery_count(d.headers)
@@ -213,9 +213,9 @@ class RedeliveryInterceptor(Interceptor):
             # The copy's TTL counts from the original send, not from this failure.
             headers[envelope.EXPIRES] = str(expires_ms)
         if isinstance(action, Redeliver):
-            outcomes.append(Outcome(Kind.REDELIVERED, now, original_id, queue,
-                                    now + action.delay_ms, detail=policy_text,
-                                    count=failures, size=d.body_size, headers=headers))
+            outcomes.append(MessageOutcome(Kind.REDELIVERED, now, original_id, queue,
+                                           now + action.delay_ms, detail=policy_text,
+                                           count=failures, size=d.body_size, headers=headers))
             if action.delay_ms <= 0:
                 if settle.outcome is Settlement.LOST:
                     # The consumer is leaving: left unsettled, the broker requeues it when the
@@ -225,9 +225,9 @@ class RedeliveryInterceptor(Interceptor):
                 return Copy(d.ack_id, queue, _left(headers, expires_ms, now))
             return self._staged(d, queue, headers, now + action.delay_ms, now, expires_ms)
         if isinstance(action, Delete):
-            outcomes.append(Outcome(Kind.DELETED, now, original_id, queue,
-                                    reason=action.reason, detail=policy_text, count=failures,
-                                    size=d.body_size))
+            outcomes.append(MessageOutcome(Kind.DELETED, now, original_id, queue,
+                                           reason=action.reason, detail=policy_text, count=failures,
+                                           size=d.body_size))
             return Copy(d.ack_id, None)
         where = action.destination if isinstance(action, Move) else self.undelivered
         assert isinstance(action, Move | Undelivered)
@@ -238,9 +238,9 @@ class RedeliveryInterceptor(Interceptor):
             destination=queue, now_ms=now, delivery_count=failures, policy=policy_text,
         )
         kind = Kind.DEAD_LETTERED if isinstance(action, Move) else Kind.UNDELIVERED
-        outcomes.append(Outcome(kind, now, original_id, queue, reason=action.reason,
-                                detail=policy_text, queue=where, count=failures,
-                                size=d.body_size))
+        outcomes.append(MessageOutcome(kind, now, original_id, queue, reason=action.reason,
+                                       detail=policy_text, queue=where, count=failures,
+                                       size=d.body_size))
         return Copy(d.ack_id, where, _left(headers, expires_ms, now))
 
     def policy(self, queue: str, principal: Principal) -> Policy:

@@ -142,7 +142,7 @@ def _divide(a: Column, b: Column) -> Column:
 
 
 def _tibco(text: Column) -> Column:
-    """policies.selector.headers.tibco_destination."""
+    """policies.selector.header_map.tibco_destination."""
     out = None
     for prefixes, kind in ((_QUEUE_PREFIXES, "Queue"), (_TOPIC_PREFIXES, "Topic")):
         for prefix in prefixes:

@@ -40,7 +40,7 @@ from typing import TypeVar
 
 import structlog
 
-from bridge.staging.outcomes import CountedWriter, Kind, Outcome
+from bridge.staging.outcomes import CountedWriter, Kind, MessageOutcome
 from bridge.staging.selection import narrowing, picks_json, props_json
 from policies.errors import ConfigError
 from policies.selector import Selector
@@ -213,7 +213,7 @@ class Catalogue:
             self._db.close()
 
 
-def changes(outcomes: Iterable[Outcome]) -> tuple[list[Entry], list[str]]:
+def changes(outcomes: Iterable[MessageOutcome]) -> tuple[list[Entry], list[str]]:
     """The rows ``outcomes`` add (a delayed send, a delayed redelivery) and the ids they take
     out. (A message waiting for its message-retry is past its due time: not shown.)"""
     adds: list[Entry] = []
@@ -378,7 +378,7 @@ class CatalogueSink:
     def __init__(self, writer: CatalogueWriter) -> None:
         self.writer = writer
 
-    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+    def __call__(self, outcomes: Sequence[MessageOutcome]) -> None:
         adds, gone = changes(outcomes)
         if adds or gone:
             self.writer.offer(adds, gone)

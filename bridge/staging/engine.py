@@ -59,7 +59,7 @@ from bridge.staging.failures import FailurePath, FailureSettings
 from bridge.staging.levels import MIN_LEVEL, Layout
 from bridge.staging.orders import NOTE, Orders
 from bridge.staging.outcomes import LogSink, Sink, StatsSink
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused, Refused
 

@@ -32,12 +32,12 @@ from bridge.staging.orders import (
     NOTE_EXPIRES,
     NOTE_TARGET,
     RESCHEDULED_BY,
-    Action,
     Order,
+    OrderAction,
     Orders,
     destination,
 )
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import Kind, MessageOutcome
 from bridge.staging.selection import compile_for, picks
 from policies.errors import InvalidSelector, PutRefused
 
@@ -85,7 +85,7 @@ class OperatorOrders:
             self.log.warning("ignored a message on the control topic", error=str(error))
             return
         catalogue = self.catalogue
-        if order.action is Action.LIST:
+        if order.action is OrderAction.LIST:
             if not order.reply_topic:
                 return
             selector = None
@@ -119,14 +119,14 @@ class OperatorOrders:
 
             self._listings.append((reply, catalogue.later(answer)))
             return
-        if order.action is Action.RESCHEDULE:
+        if order.action is OrderAction.RESCHEDULE:
             if any(self._too_late(order, h) for h in self._held()
                    if h.message.headers.get(MESSAGE_ID) == order.message_id):
                 if order.reply_topic:
                     self._answers.append((order.reply_topic, order.answer(EXPIRY_ERROR)))
                 return
         self._orders.add(order, now_ms)
-        if catalogue is not None and order.action is not Action.RESCHEDULE:
+        if catalogue is not None and order.action is not OrderAction.RESCHEDULE:
             # (A reschedule's new row comes with its outcome; it is not kept past a restart:
             # the copy it made says which order made it.)
             catalogue.forget([order.message_id])
@@ -145,7 +145,7 @@ class OperatorOrders:
         """The standing order to carry out on this copy of ``message_id``: not a reschedule
         on the copy it made, nor one its time to live would end before."""
         order = self._orders.get(message_id, now_ms)
-        if order is None or order.action is not Action.RESCHEDULE:
+        if order is None or order.action is not OrderAction.RESCHEDULE:
             return order
         if (order.due_ms is None or held.message.headers.get(RESCHEDULED_BY) == order.order_id
                 or self._too_late(order, held)):
@@ -169,7 +169,7 @@ class OperatorOrders:
             fields = json.loads(held.message.body or b"{}")
             copy = fields.get("headers") if isinstance(fields, dict) else None
             expires = headers.get(NOTE_EXPIRES)
-            outcome = Outcome(
+            outcome = MessageOutcome(
                 kind, now_ms, headers[MESSAGE_ID], headers[NOTE_TARGET], int(headers[NOTE_DUE]),
                 int(expires) if expires else None, detail=headers.get(NOTE_DETAIL, ""),
                 size=int(fields.get("size", 0)) if isinstance(fields, dict) else None,
@@ -187,7 +187,7 @@ class OperatorOrders:
             return
         for message_id, action, until_ms in self.catalogue.remembered(now_ms):
             with contextlib.suppress(ValueError):
-                self._orders.restore(Order(Action(action), message_id, "restored"), until_ms)
+                self._orders.restore(Order(OrderAction(action), message_id, "restored"), until_ms)
 
     def _listed_rows(
         self, order: Order, picked: functools.partial[bool] | None, now_ms: int
@@ -263,9 +263,9 @@ class OperatorOrders:
 
     def _carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> Work:
         """The move that does what ``order`` says with one held copy of its message."""
-        if order.action is Action.CANCEL:
+        if order.action is OrderAction.CANCEL:
             return Work(WorkKind.CANCEL, Move(held), staged, order=order)
-        if order.action is Action.RESCHEDULE and order.due_ms is not None:
+        if order.action is OrderAction.RESCHEDULE and order.due_ms is not None:
             due = order.due_ms
             headers = hop_headers(held.message.headers, now_ms=now_ms)
             headers[DUE] = str(due)

@@ -30,8 +30,8 @@ from bridge.staging.envelope import (
 from bridge.staging.failures import FailurePath, attempts_of, retry_wait_ms
 from bridge.staging.levels import Layout
 from bridge.staging.orders import Orders
-from bridge.staging.outcomes import Kind, Outcome, Sink
-from bridge.staging.stats import StagingStats
+from bridge.staging.outcomes import Kind, MessageOutcome, Sink
+from bridge.staging.staging_stats import StagingStats
 from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.failures import Cause
@@ -234,14 +234,14 @@ class Settling:
         # Lateness counts until the broker confirmed the release, not from when it began.
         self._record(work, max(now_ms, self.clock()))
 
-    def _emit(self, outcomes: Sequence[Outcome]) -> None:
+    def _emit(self, outcomes: Sequence[MessageOutcome]) -> None:
         for sink in self.sinks:
             sink(outcomes)
 
     def _record(self, work: list[Work], now_ms: int) -> None:
         """Hand what the broker has now done to the sinks, as outcomes."""
         looks = self._next_look
-        outcomes: list[Outcome] = []
+        outcomes: list[MessageOutcome] = []
         hops = 0
         for w in work:
             staged, kind = w.staged, w.kind
@@ -267,7 +267,7 @@ class Settling:
                 continue
             if kind is WorkKind.INVALID:
                 headers = w.move.held.message.headers
-                outcomes.append(Outcome(
+                outcomes.append(MessageOutcome(
                     Kind.INVALID, now_ms,
                     message_id=headers.get("message-id") or headers.get("amqp-message-id"),
                     target=headers.get(PREFIX + "target"), queue=self.invalid_queue,
@@ -275,7 +275,7 @@ class Settling:
                 ))
             else:
                 assert staged is not None
-                outcomes.append(Outcome(
+                outcomes.append(MessageOutcome(
                     _OUTCOME[kind], now_ms, staged.message_id, staged.target, staged.due_ms,
                     staged.expires_ms,
                     reason=w.reason or (MQFB_EXPIRATION if kind is WorkKind.EXPIRE else None),
@@ -295,6 +295,6 @@ class Settling:
                 answer = w.order.answer(_DONE.get(w.kind, w.kind.value))
                 self._answers.append((w.order.reply_topic, answer))
         if hops:
-            outcomes.append(Outcome(Kind.HOPPED, now_ms, count=hops))
+            outcomes.append(MessageOutcome(Kind.HOPPED, now_ms, count=hops))
         for sink in self.sinks:
             sink(outcomes)

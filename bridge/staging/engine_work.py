@@ -9,7 +9,7 @@ from enum import Enum
 from adapters.base import Move
 from bridge.staging.envelope import Staged
 from bridge.staging.orders import Order
-from bridge.staging.outcomes import Outcome
+from bridge.staging.outcomes import MessageOutcome
 from policies.reasons import Reason
 
 
@@ -49,5 +49,5 @@ class Work:
     reason: Reason | None = None  # a failure's (the refusal's, or MQFB_EXPIRATION)
     order: Order | None = None  # the operator's order this carries out, answered once done
     count: int = 1  # RETRY: the retry's number; KEEP: times kept
-    noted: Outcome | None = None  # NOTED: the event the tool's note tells of
+    noted: MessageOutcome | None = None  # NOTED: the event the tool's note tells of
     series_key: tuple[str, str] | None = None  # SERIES: which copy of which series

@@ -32,7 +32,7 @@ from bridge.staging.envelope import (
     mark_failed,
     new_message_id,
 )
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import Kind, MessageOutcome
 from policies.errors import PutRefused
 from policies.failures import Cause, Home, Route, route
 from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_UNKNOWN_OBJECT_NAME, Reason
@@ -104,7 +104,7 @@ class FailurePath:
         broker: StagingBroker,
         settings: FailureSettings,
         *,
-        emit: Callable[[Sequence[Outcome]], None],
+        emit: Callable[[Sequence[MessageOutcome]], None],
         clock: Callable[[], int],
     ) -> None:
         self.broker = broker
@@ -147,14 +147,14 @@ class FailurePath:
                 text = f"{text}; the report to {asked.destination} was refused: {refused}"
                 where = route(cause, reason, headers, target=staged.target,
                               original_id=staged.message_id, policy=policy, report_failed=True)
-                self.emit([Outcome(Kind.REPORTED, self.clock(), staged.message_id,
-                                   staged.target, reason=refused.reason,
-                                   detail=f"refused: {refused.text}",
-                                   queue=refused.destination)])
+                self.emit([MessageOutcome(Kind.REPORTED, self.clock(), staged.message_id,
+                                          staged.target, reason=refused.reason,
+                                          detail=f"refused: {refused.text}",
+                                          queue=refused.destination)])
             else:
-                self.emit([Outcome(Kind.REPORTED, self.clock(), staged.message_id,
-                                   staged.target, reason=where.reason,
-                                   detail=asked.kind.value, queue=asked.destination)])
+                self.emit([MessageOutcome(Kind.REPORTED, self.clock(), staged.message_id,
+                                          staged.target, reason=where.reason,
+                                          detail=asked.kind.value, queue=asked.destination)])
                 report = None
         if where.home is Home.DISCARD:
             kind = Kind.EXPIRED if cause is Cause.EXPIRED else Kind.DELETED

@@ -73,7 +73,7 @@ CANCEL_LEAD_MS = 300_000
 KEEP_MAX = 10_000  # orders remembered at once; the oldest are forgotten first
 
 
-class Action(Enum):
+class OrderAction(Enum):
     CANCEL = "cancel"
     RELEASE = "release"
     LIST = "list"
@@ -82,7 +82,7 @@ class Action(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Order:
-    action: Action
+    action: OrderAction
     message_id: str  # the original message id (``jms-bridge-message-id``); LIST: "" = any
     order_id: str
     reply_topic: str | None = None
@@ -95,7 +95,7 @@ class Order:
 
     @classmethod
     def new(
-        cls, action: Action, message_id: str, reply_topic: str | None, *,
+        cls, action: OrderAction, message_id: str, reply_topic: str | None, *,
         target: str | None = None, catalogue: bool = False, selector: str | None = None,
         due_ms: int | None = None, moved_ms: int | None = None, bodies: bool = False,
     ) -> Order:
@@ -121,14 +121,14 @@ class Order:
     def of(cls, headers: dict[str, str]) -> Order:
         """The order a control message carries; ValueError when it is not one."""
         try:
-            action = Action(headers.get(ORDER, ""))
+            action = OrderAction(headers.get(ORDER, ""))
         except ValueError:
             raise ValueError(f"no order: {ORDER}={headers.get(ORDER)!r}") from None
         message_id, order_id = headers.get(MESSAGE_ID, ""), headers.get(ORDER_ID)
-        if not order_id or not (message_id or action is Action.LIST):
+        if not order_id or not (message_id or action is OrderAction.LIST):
             raise ValueError(f"an order needs {MESSAGE_ID} and {ORDER_ID}")
         due = headers.get(ORDER_DUE)
-        if action is Action.RESCHEDULE and not (due and due.isascii() and due.isdigit()):
+        if action is OrderAction.RESCHEDULE and not (due and due.isascii() and due.isdigit()):
             raise ValueError(f"a reschedule order needs {ORDER_DUE} (epoch ms)")
         moved = headers.get(MOVED_WITHIN, "")
         return cls(action, message_id, order_id, headers.get(REPLY_TOPIC) or None,

@@ -1,7 +1,7 @@
 """What happened to a message in the staging area, as values handed to sinks.
 
-The engine (and the delay interceptor, for ``STAGED``) produce ``Outcome`` values; sinks decide
-what to make of them: ``StatsSink`` counts them for ``/metrics``, ``LogSink`` writes the log
+The engine (and the delay interceptor, for ``STAGED``) produce ``MessageOutcome`` values; sinks
+decide what to make of them: ``StatsSink`` counts them for ``/metrics``, ``LogSink`` writes the log
 lines. The event journal is one more sink. A sink must be quick and must not raise: it runs on
 the engine's release path.
 """
@@ -16,7 +16,7 @@ from typing import Protocol
 
 from structlog.typing import FilteringBoundLogger
 
-from bridge.staging.stats import StagingStats
+from bridge.staging.staging_stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION, MQRC_BACKOUT_THRESHOLD_REACHED, Reason
 
 
@@ -48,7 +48,7 @@ class Kind(enum.Enum):
 
 
 @dataclass(slots=True)  # (not frozen: one is made for each delayed send, and a frozen one
-class Outcome:          # cost four times as much to make; nobody changes one once made)
+class MessageOutcome:          # cost four times as much to make; nobody changes one once made)
     kind: Kind
     at_ms: int  # when the broker confirmed it
     message_id: str | None = None  # the original message id
@@ -78,7 +78,7 @@ _HOMES = {Kind.UNDELIVERABLE: "undeliverable", Kind.UNDELIVERED: "undelivered",
 
 
 class Sink(Protocol):
-    def __call__(self, outcomes: Sequence[Outcome]) -> None: ...
+    def __call__(self, outcomes: Sequence[MessageOutcome]) -> None: ...
 
 
 class CountedWriter:
@@ -103,7 +103,7 @@ class StatsSink:
     def __init__(self, stats: StagingStats) -> None:
         self.stats = stats
 
-    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+    def __call__(self, outcomes: Sequence[MessageOutcome]) -> None:
         stats = self.stats
         for o in outcomes:
             kind = o.kind
@@ -149,7 +149,7 @@ class FailureTally:
     def __init__(self, redeliveries: Counter[str], dead_letters: Counter[str]) -> None:
         self.redeliveries, self.dead_letters = redeliveries, dead_letters
 
-    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+    def __call__(self, outcomes: Sequence[MessageOutcome]) -> None:
         for o in outcomes:
             if o.kind in _FAILURE_KINDS:
                 self.redeliveries[o.kind.value] += 1
@@ -163,7 +163,7 @@ class LogSink:
     def __init__(self, log: FilteringBoundLogger) -> None:
         self.log = log
 
-    def __call__(self, outcomes: Sequence[Outcome]) -> None:
+    def __call__(self, outcomes: Sequence[MessageOutcome]) -> None:
         log = self.log
         for o in outcomes:
             kind = o.kind

@@ -48,8 +48,8 @@ from bridge.staging.orders import (
     NOTE_DUE,
     NOTE_EXPIRES,
     NOTE_TARGET,
-    Action,
     Order,
+    OrderAction,
     destination,
     rows_of,
 )
@@ -169,7 +169,7 @@ def staged_messages(
             yield message
     if broker.sees_held or not broker.consumers(layout.ready):
         return
-    order = Order.new(Action.LIST, "", _reply_topic(layout), bodies=True)
+    order = Order.new(OrderAction.LIST, "", _reply_topic(layout), bodies=True)
     for answer in _ask(broker, layout, order, answer_s,
                        answers=broker.consumers(layout.ready)):
         try:
@@ -223,7 +223,7 @@ def catalogued_rows(
     # is asked only once an engine has answered.
     if not broker.sees_held and running() == 0:
         return None
-    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
+    order = Order.new(OrderAction.LIST, message_id or "", _reply_topic(layout), target=target,
                       catalogue=True, selector=selector)
     answers = _ask(broker, layout, order, wait_s, answers=engines[-1] if engines else running,
                    quiet=True)
@@ -274,7 +274,7 @@ def held_rows(
     # answer is made (up to ``wait_s`` after the order is sent).
     moved_ms = (None if since is None
                 else round((time.monotonic() - since + wait_s) * 1000) + MOVED_MARGIN_MS)
-    order = Order.new(Action.LIST, message_id or "", _reply_topic(layout), target=target,
+    order = Order.new(OrderAction.LIST, message_id or "", _reply_topic(layout), target=target,
                       selector=selector, moved_ms=moved_ms)
     answers = _ask(broker, layout, order, wait_s, answers=engines[-1] if engines else running,
                    quiet=broker.sees_held)
@@ -388,7 +388,7 @@ class Busy(BridgeError):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class OrderOutcome:
     """What became of a staged message a tool was asked to cancel or release."""
 
     # "cancelled", "released"; from an engine also "expired", "undeliverable", and where a
@@ -476,7 +476,7 @@ def note(broker: StagingBroker, layout: Layout, kind: Kind, staged: Message, *,
 def cancel(
     broker: StagingBroker, layout: Layout, message_id: str, *,
     patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S, scan: bool = False,
-) -> Outcome | None:
+) -> OrderOutcome | None:
     """Make sure the staged message ``message_id`` is never delivered. None when neither the
     staging queues nor a running engine have it; Busy as ``take``. Unless ``scan``, a
     message the engines' catalogues know and that is due later than ``CANCEL_LEAD_MS`` from
@@ -490,8 +490,8 @@ def cancel(
             stage_cancel(broker, layout, message_id, due_ms=row.due_ms - CANCEL_LEAD_MS,
                          now_ms=now_ms)
             # The engine that meets the message drops it (and counts it then).
-            return Outcome("cancelled", by_engine=True, due_ms=row.due_ms)
-    return _carry_out(broker, layout, Action.CANCEL, message_id, None, patience_s, answer_s)
+            return OrderOutcome("cancelled", by_engine=True, due_ms=row.due_ms)
+    return _carry_out(broker, layout, OrderAction.CANCEL, message_id, None, patience_s, answer_s)
 
 
 def stage_cancel(
@@ -513,7 +513,7 @@ def staged_cancel(
     """Where a cancel of ``message_id`` due at ``due_ms`` is staged, its staged copy (the order
     in its body, for the control topic), and the order."""
     queue = layout.queue_for(due_ms - now_ms)
-    order = Order.new(Action.CANCEL, message_id, None)
+    order = Order.new(OrderAction.CANCEL, message_id, None)
     headers = envelope.staged_headers(
         [("content-type", "application/json"), ("persistent", "true")], fmt,
         target=destination(layout.control), staging_destination=fmt.client_destination(queue),
@@ -524,24 +524,24 @@ def staged_cancel(
 
 
 def _carry_out(
-    broker: StagingBroker, layout: Layout, action: Action, message_id: str,
+    broker: StagingBroker, layout: Layout, action: OrderAction, message_id: str,
     then: Callable[[Message], None] | None, patience_s: float, answer_s: float,
     due_ms: int | None = None,
-) -> Outcome | None:
+) -> OrderOutcome | None:
     """The staging queues first (no wait when the message is there); then the engines; then
     the queues again, for a message that was between two of them meanwhile."""
-    done = {Action.CANCEL: "cancelled", Action.RELEASE: "released",
-            Action.RESCHEDULE: "rescheduled"}[action]
-    kind = {Action.CANCEL: Kind.CANCELLED, Action.RELEASE: Kind.RELEASED_NOW,
-            Action.RESCHEDULE: Kind.RESCHEDULED}[action]
+    done = {OrderAction.CANCEL: "cancelled", OrderAction.RELEASE: "released",
+            OrderAction.RESCHEDULE: "rescheduled"}[action]
+    kind = {OrderAction.CANCEL: Kind.CANCELLED, OrderAction.RELEASE: Kind.RELEASED_NOW,
+            OrderAction.RESCHEDULE: Kind.RESCHEDULED}[action]
 
-    def did(taken: Message) -> Outcome:
+    def did(taken: Message) -> OrderOutcome:
         detail = ""
         if due_ms is not None:
             with contextlib.suppress(KeyError, ValueError):
                 detail = f"was due at {envelope.Staged.of(taken.headers).due_ms}"
         noted = note(broker, layout, kind, taken, due_ms=due_ms, detail=detail)
-        return Outcome(done, by_engine=False, staged=taken, due_ms=due_ms, noted=noted)
+        return OrderOutcome(done, by_engine=False, staged=taken, due_ms=due_ms, noted=noted)
 
     found = find(broker, layout, message_id)
     if found is not None:
@@ -550,7 +550,7 @@ def _carry_out(
             return did(taken)
     answer = ask_engines(broker, layout, action, message_id, answer_s, due_ms=due_ms)
     if answer is not None:
-        return Outcome(answer, by_engine=True, due_ms=due_ms)
+        return OrderOutcome(answer, by_engine=True, due_ms=due_ms)
     taken = take(broker, layout, message_id, then=then, patience_s=patience_s)
     if taken is None:
         return None
@@ -558,7 +558,7 @@ def _carry_out(
 
 
 def ask_engines(
-    broker: StagingBroker, layout: Layout, action: Action, message_id: str, wait_s: float,
+    broker: StagingBroker, layout: Layout, action: OrderAction, message_id: str, wait_s: float,
     *, due_ms: int | None = None,
 ) -> str | None:
     """Send the order to every running engine; what the one holding the message did with it,
@@ -648,7 +648,7 @@ def find(broker: StagingBroker, layout: Layout, message_id: str) -> tuple[str, M
 def release_now(
     broker: StagingBroker, layout: Layout, message_id: str, *,
     patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
-) -> Outcome | None:
+) -> OrderOutcome | None:
     """Deliver a staged message to its target now: hold the staged copy, put the restored
     message to its target (confirmed), and only then remove the staged copy (a crash in
     between duplicates, never loses); or have the engine that holds it do the same. None when
@@ -660,13 +660,14 @@ def release_now(
         headers = envelope.released_headers(message.headers, broker.format, now_ms=now)
         broker.publish(info.target, Message(headers, message.body), mandatory=info.mandatory)
 
-    return _carry_out(broker, layout, Action.RELEASE, message_id, deliver, patience_s, answer_s)
+    return _carry_out(broker, layout, OrderAction.RELEASE, message_id, deliver, patience_s,
+                      answer_s)
 
 
 def reschedule(
     broker: StagingBroker, layout: Layout, message_id: str, due_ms: int, *,
     patience_s: float = PATIENCE_S, answer_s: float = ANSWER_S,
-) -> Outcome | None:
+) -> OrderOutcome | None:
     """Move a staged message's due time to ``due_ms``, earlier or later: hold the staged copy,
     put a copy due at ``due_ms`` on the staging level for it (confirmed), and only then remove
     the old copy (a crash in between leaves both: duplicated, never lost); or have the engine
@@ -687,7 +688,7 @@ def reschedule(
         queue = layout.queue_for(due_ms - now)
         broker.publish(broker.format.client_destination(queue), Message(headers, message.body))
 
-    outcome = _carry_out(broker, layout, Action.RESCHEDULE, message_id, restage, patience_s,
+    outcome = _carry_out(broker, layout, OrderAction.RESCHEDULE, message_id, restage, patience_s,
                          answer_s, due_ms=due_ms)
     if outcome is not None and outcome.done == EXPIRY_ERROR:
         raise Refused(MQRC_EXPIRY_ERROR,

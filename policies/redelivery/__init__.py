@@ -16,11 +16,11 @@ from policies.redelivery.dialects import DIALECTS, parse_policy
 from policies.redelivery.jmsjca import DEFAULT_POLICY, DEFAULT_TEXT, parse_jmsjca
 from policies.redelivery.model import (
     PRESERVE_UNDELIVERED_HEADER,
-    Action,
     Delete,
     Move,
     Policy,
     Redeliver,
+    RedeliveryAction,
     Undelivered,
     decide,
 )
@@ -31,7 +31,7 @@ __all__ = [
     "DEFAULT_TEXT",
     "DIALECTS",
     "PRESERVE_UNDELIVERED_HEADER",
-    "Action",
+    "RedeliveryAction",
     "Delete",
     "Move",
     "Policy",

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from policies.redelivery.model import (
     PRESERVE_UNDELIVERED_HEADER,
-    Action,
     Backoff,
     Delete,
     Move,
     Policy,
     Redeliver,
+    RedeliveryAction,
     decide,
     preserves_undelivered,
 )
@@ -82,7 +82,7 @@ def _action_text(policy: Policy, failures: int, source: str, headers: Mapping[st
     return text
 
 
-def _terminal_text(action: Action) -> str:
+def _terminal_text(action: RedeliveryAction) -> str:
     if isinstance(action, Move):
         return f"move to {action.destination}"
     if isinstance(action, Delete):

@@ -49,7 +49,7 @@ from policies.redelivery.destinations import resolve_move
 __all__ = [
     "MAX_WAIT_MS",
     "PRESERVE_UNDELIVERED_HEADER",
-    "Action",
+    "RedeliveryAction",
     "Backoff",
     "Delete",
     "Move",
@@ -103,7 +103,7 @@ class Undelivered:
     reason: Reason = MQRC_BACKOUT_THRESHOLD_REACHED
 
 
-Action = Redeliver | Move | Delete | Undelivered
+RedeliveryAction = Redeliver | Move | Delete | Undelivered
 
 
 # Rules: what a policy's steps hold.
@@ -251,7 +251,7 @@ def preserves_undelivered(headers: Mapping[str, str]) -> bool:
 
 def decide(
     policy: Policy, failures: int, source: str, headers: Mapping[str, str], rand: float
-) -> Action:
+) -> RedeliveryAction:
     """What to do after failure ``failures`` (the ``JMSXDeliveryCount`` of the delivery that
     failed) of a message consumed from ``source``. ``rand`` is a draw from [0, 1) for the
     jitter; the caller owns the randomness."""

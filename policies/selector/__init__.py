@@ -15,7 +15,7 @@ closures), ``build`` (helpers for code that writes selectors). A malformed selec
 from policies.errors import InvalidSelector
 from policies.selector.build import RESERVED_WORDS, equals, quoted
 from policies.selector.compiler import Selector, compile_selector
-from policies.selector.headers import (
+from policies.selector.header_map import (
     ACTIVEMQ,
     RABBITMQ,
     Field,

@@ -1,6 +1,6 @@
 """Syntax tree -> nested Python closures over a message's header map.
 
-Every identifier's type is known once the header map is (:mod:`policies.selector.headers`): a
+Every identifier's type is known once the header map is (:mod:`policies.selector.header_map`): a
 JMS field has its own, any other property is a string. So each comparison is specialised when it
 is compiled, and a message only pays for header look-ups and the comparisons themselves.
 
@@ -31,7 +31,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies.selector.headers import ACTIVEMQ, HeaderMap, conversion
+from policies.selector.header_map import ACTIVEMQ, HeaderMap, conversion
 from policies.selector.like import like_matcher
 from policies.selector.nodes import (
     NUMERIC,

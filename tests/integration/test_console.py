@@ -21,7 +21,7 @@ import pytest
 
 from adapters import activemq, rabbitmq
 from adapters.base import Message
-from adapters.queues import DROP, Action, Found, QueueTools
+from adapters.queues import DROP, Found, QueueTools, SweepAction
 from bridge.app.config import resolve
 from bridge.app.dlq import queue_tools
 from bridge.staging import envelope
@@ -316,7 +316,7 @@ def dead_letter(run: str, n: int, target: str, region: str) -> Message:
 def drain(tools: QueueTools, queue: str) -> list[Message]:
     got: list[Message] = []
 
-    def take(found: Found) -> Action:
+    def take(found: Found) -> SweepAction:
         got.append(found.message)
         return DROP
 

@@ -17,7 +17,7 @@ import pika.exceptions
 import pytest
 import yaml
 
-from bridge.app.policies import policy_report
+from bridge.app.policy_report import policy_report
 from bridge.staging import envelope
 from policies.redelivery import compile_table
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port

@@ -252,7 +252,7 @@ def test_a_written_publish_method_is_what_pamqp_writes(mandatory: bool) -> None:
 def test_a_channel_the_bridge_refuses_forgets_its_deliveries() -> None:
     from adapters.rabbitmq import FORMAT
     from bridge.frontends.amqp.settling import ConsumerSide
-    from bridge.frontends.stats import AmqpStats
+    from bridge.frontends.relay_stats import AmqpStats
     from bridge.intercept.chain import Chain
     from bridge.intercept.redelivery import RedeliveryInterceptor
     from bridge.staging.levels import layout_for
@@ -275,7 +275,7 @@ def test_without_a_channel_of_its_own_a_failure_goes_to_the_broker_as_sent() -> 
 
     from adapters.rabbitmq import FORMAT
     from bridge.frontends.amqp.settling import ConsumerSide
-    from bridge.frontends.stats import AmqpStats
+    from bridge.frontends.relay_stats import AmqpStats
     from bridge.intercept.chain import Chain
     from bridge.intercept.redelivery import RedeliveryInterceptor
     from bridge.staging.levels import layout_for

@@ -22,7 +22,7 @@ from bridge.frontends.amqp.consumers import Failure
 from bridge.frontends.amqp.fastpath import delivery_run
 from bridge.frontends.amqp.framer import FRAME_METHOD
 from bridge.frontends.amqp.settling import ConsumerSide
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.relay_stats import RelayStats
 from bridge.intercept.chain import Chain
 from bridge.intercept.guard import StagingGuard
 from bridge.intercept.redelivery import RedeliveryInterceptor

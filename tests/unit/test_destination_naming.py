@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge.app.config import resolve
-from bridge.app.policies import pattern_warnings
+from bridge.app.policy_report import pattern_warnings
 from policies.delay import DelayConfig, delay_of, matches
 from policies.errors import ConfigError, Refused
 from policies.naming import Named, named, pattern_problem, queue_name

@@ -13,7 +13,7 @@ from bridge.intercept.guard import StagingGuard
 from bridge.intercept.views import Delivery, Principal, Send, Settle, Settlement, Subscribe
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import Kind, MessageOutcome
 from bridge.staging.targets import TargetChecks, TargetKey
 from policies.delay import DelayConfig
 from policies.errors import Refused
@@ -141,7 +141,7 @@ def test_interests_merge() -> None:
 
 
 def test_staged_and_refused_sends_are_outcomes_for_the_sinks() -> None:
-    seen: list[Outcome] = []
+    seen: list[MessageOutcome] = []
     icpt = DelayInterceptor(fmt=rabbitmq.FORMAT, config=DelayConfig(), layout=Layout(),
                             clock=lambda: NOW, sinks=[seen.extend])
     icpt.on_send(send(**{"x-delay": "5000", "amqp-message-id": "M1"}))

@@ -21,7 +21,7 @@ from bridge.app.journal import (
     record,
     register,
 )
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import Kind, MessageOutcome
 from policies.reasons import (
     MQFB_EXPIRATION,
     MQRC_BACKOUT_THRESHOLD_REACHED,
@@ -33,31 +33,34 @@ SCHEMA = json.loads(SCHEMA_PATH.read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 EVERY_KIND = [
-    Outcome(Kind.STAGED, 1000, "ID:1", "/queue/a", 6000, None, queue="jms-bridge.staging.L12",
-            size=5),
-    Outcome(Kind.REFUSED, 1000, "ID:2", "/queue/a", reason=MQRC_EXPIRY_ERROR,
-            detail="expires before it is due", size=3),
-    Outcome(Kind.RELEASED, 6003, "ID:1", "/queue/a", 6000, None, size=5),
-    Outcome(Kind.RELEASED_NOW, 3000, "ID:3", "/queue/a", 6000, 9000, size=0),
-    Outcome(Kind.EXPIRED, 6001, "ID:4", "/queue/a", 6000, 5000, reason=MQFB_EXPIRATION),
-    Outcome(Kind.CANCELLED, 2000, "ID:5", "/queue/a", 6000),
-    Outcome(Kind.UNDELIVERABLE, 6010, "ID:6", "/amq/queue/gone", 6000,
-            reason=MQRC_UNKNOWN_OBJECT_NAME, detail="NOT_FOUND",
-            queue="jms-bridge.staging.undeliverable", size=7),
-    Outcome(Kind.INVALID, 10, "x", None, queue="jms-bridge.staging.invalid", detail="no target"),
-    Outcome(Kind.REDELIVERED, 100, "ID:7", "/queue/o", 1100, detail="jmsjca: 5:1000", count=6,
-            size=2),
-    Outcome(Kind.DEAD_LETTERED, 100, "ID:7", "/queue/o", reason=MQRC_BACKOUT_THRESHOLD_REACHED,
-            detail="jmsjca: 50:move(queue:dlq)", queue="/queue/dlq", count=51, size=2),
-    Outcome(Kind.UNDELIVERED, 100, "ID:8", "/queue/o", reason=MQRC_BACKOUT_THRESHOLD_REACHED,
-            queue="/queue/jms-bridge.undelivered", count=5),
-    Outcome(Kind.DELETED, 100, "ID:9", "/queue/o", reason=MQRC_BACKOUT_THRESHOLD_REACHED,
-            count=3),
+    MessageOutcome(Kind.STAGED, 1000, "ID:1", "/queue/a", 6000, None,
+                   queue="jms-bridge.staging.L12", size=5),
+    MessageOutcome(Kind.REFUSED, 1000, "ID:2", "/queue/a", reason=MQRC_EXPIRY_ERROR,
+                   detail="expires before it is due", size=3),
+    MessageOutcome(Kind.RELEASED, 6003, "ID:1", "/queue/a", 6000, None, size=5),
+    MessageOutcome(Kind.RELEASED_NOW, 3000, "ID:3", "/queue/a", 6000, 9000, size=0),
+    MessageOutcome(Kind.EXPIRED, 6001, "ID:4", "/queue/a", 6000, 5000, reason=MQFB_EXPIRATION),
+    MessageOutcome(Kind.CANCELLED, 2000, "ID:5", "/queue/a", 6000),
+    MessageOutcome(Kind.UNDELIVERABLE, 6010, "ID:6", "/amq/queue/gone", 6000,
+                   reason=MQRC_UNKNOWN_OBJECT_NAME, detail="NOT_FOUND",
+                   queue="jms-bridge.staging.undeliverable", size=7),
+    MessageOutcome(Kind.INVALID, 10, "x", None, queue="jms-bridge.staging.invalid",
+                   detail="no target"),
+    MessageOutcome(Kind.REDELIVERED, 100, "ID:7", "/queue/o", 1100, detail="jmsjca: 5:1000",
+                   count=6, size=2),
+    MessageOutcome(Kind.DEAD_LETTERED, 100, "ID:7", "/queue/o",
+                   reason=MQRC_BACKOUT_THRESHOLD_REACHED, detail="jmsjca: 50:move(queue:dlq)",
+                   queue="/queue/dlq", count=51, size=2),
+    MessageOutcome(Kind.UNDELIVERED, 100, "ID:8", "/queue/o",
+                   reason=MQRC_BACKOUT_THRESHOLD_REACHED, queue="/queue/jms-bridge.undelivered",
+                   count=5),
+    MessageOutcome(Kind.DELETED, 100, "ID:9", "/queue/o", reason=MQRC_BACKOUT_THRESHOLD_REACHED,
+                   count=3),
     # The staging engine's failures: a report, and an expired message kept as undelivered.
-    Outcome(Kind.REPORTED, 6010, "ID:10", "/queue/a", reason=MQFB_EXPIRATION,
-            detail="expiration", queue="/queue/replies"),
-    Outcome(Kind.UNDELIVERED, 6010, "ID:11", "/queue/a", 6000, 5000, reason=MQFB_EXPIRATION,
-            queue="/queue/jms-bridge.undelivered"),
+    MessageOutcome(Kind.REPORTED, 6010, "ID:10", "/queue/a", reason=MQFB_EXPIRATION,
+                   detail="expiration", queue="/queue/replies"),
+    MessageOutcome(Kind.UNDELIVERED, 6010, "ID:11", "/queue/a", 6000, 5000, reason=MQFB_EXPIRATION,
+                   queue="/queue/jms-bridge.undelivered"),
 ]
 
 
@@ -75,9 +78,9 @@ def lines(tmp_path: Path) -> list[dict[str, object]]:
 def test_every_outcome_but_a_hop_is_one_line_by_the_schema(tmp_path: Path) -> None:
     writer = JournalWriter(spec(tmp_path), "engine").start()
     sink = JournalSink(writer)
-    sink([*EVERY_KIND[:3], Outcome(Kind.HOPPED, 5, count=40),
-          Outcome(Kind.RETRIED, 5, "ID:1", "/queue/a", reason=MQFB_EXPIRATION),
-          Outcome(Kind.KEPT, 5, "ID:1", "/queue/a", reason=MQFB_EXPIRATION)])
+    sink([*EVERY_KIND[:3], MessageOutcome(Kind.HOPPED, 5, count=40),
+          MessageOutcome(Kind.RETRIED, 5, "ID:1", "/queue/a", reason=MQFB_EXPIRATION),
+          MessageOutcome(Kind.KEPT, 5, "ID:1", "/queue/a", reason=MQFB_EXPIRATION)])
     sink(EVERY_KIND[3:])
     writer.close()
     got = lines(tmp_path)
@@ -112,7 +115,7 @@ def test_files_rotate_by_size_and_only_whole_files_have_the_final_name(tmp_path:
     writer = JournalWriter(spec(tmp_path, max_bytes=2000), "bridge").start()
     sink = JournalSink(writer)
     for i in range(100):
-        sink([Outcome(Kind.STAGED, i, f"ID:{i}", "/queue/a", i + 5000, size=1)])
+        sink([MessageOutcome(Kind.STAGED, i, f"ID:{i}", "/queue/a", i + 5000, size=1)])
     writer.close()
     assert not list(tmp_path.glob("*.tmp"))
     files = sorted(tmp_path.glob("*.jsonl"))

@@ -2,45 +2,47 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bridge.app.journal import JournalSink, JournalSpec, JournalWriter
 from bridge.pipeline import journal, report
 from bridge.pipeline.options import parse_time
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import Kind, MessageOutcome
 from policies.reasons import MQFB_EXPIRATION, MQRC_BACKOUT_THRESHOLD_REACHED, MQRC_Q_FULL
 
 H10 = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000  # the start of an hour
 H11 = H10 + 3_600_000
 
 
-def outcomes() -> list[Outcome]:
-    out: list[Outcome] = []
+def outcomes() -> list[MessageOutcome]:
+    out: list[MessageOutcome] = []
     # /queue/a, hour 10: 10 staged, released 0..9 ms late; one expired.
     for i in range(10):
-        out.append(Outcome(Kind.STAGED, H10 + i, f"a{i}", "/queue/a", H10 + 1000 + i, size=10))
-        out.append(Outcome(Kind.RELEASED, H10 + 1000 + 2 * i, f"a{i}", "/queue/a",
-                           H10 + 1000 + i, size=10))
-    out.append(Outcome(Kind.EXPIRED, H10 + 50, "a10", "/queue/a", H10 + 40,
-                       reason=MQFB_EXPIRATION))
+        out.append(MessageOutcome(Kind.STAGED, H10 + i, f"a{i}", "/queue/a", H10 + 1000 + i,
+                                  size=10))
+        out.append(MessageOutcome(Kind.RELEASED, H10 + 1000 + 2 * i, f"a{i}", "/queue/a",
+                                  H10 + 1000 + i, size=10))
+    out.append(MessageOutcome(Kind.EXPIRED, H10 + 50, "a10", "/queue/a", H10 + 40,
+                              reason=MQFB_EXPIRATION))
     # /queue/a, hour 11: 2 released, 100 and 300 ms late; one released now (early on purpose).
-    out.append(Outcome(Kind.RELEASED, H11 + 100, "a11", "/queue/a", H11))
-    out.append(Outcome(Kind.RELEASED, H11 + 300, "a12", "/queue/a", H11))
-    out.append(Outcome(Kind.RELEASED_NOW, H11, "a13", "/queue/a", H11 + 5000))
+    out.append(MessageOutcome(Kind.RELEASED, H11 + 100, "a11", "/queue/a", H11))
+    out.append(MessageOutcome(Kind.RELEASED, H11 + 300, "a12", "/queue/a", H11))
+    out.append(MessageOutcome(Kind.RELEASED_NOW, H11, "a13", "/queue/a", H11 + 5000))
     # /queue/o, hour 10: message o1 redelivered 3 times then dead-lettered, o2 once then
     # deleted; one undeliverable.
     for n in (1, 2, 3):
-        out.append(Outcome(Kind.REDELIVERED, H10 + n, "o1", "/queue/o", H10 + n + 100, count=n))
-    out.append(Outcome(Kind.DEAD_LETTERED, H10 + 9, "o1", "/queue/o",
-                       reason=MQRC_BACKOUT_THRESHOLD_REACHED, queue="/queue/dlq", count=4))
-    out.append(Outcome(Kind.REDELIVERED, H10 + 1, "o2", "/queue/o", H10 + 1, count=1))
-    out.append(Outcome(Kind.DELETED, H10 + 2, "o2", "/queue/o",
-                       reason=MQRC_BACKOUT_THRESHOLD_REACHED, count=2))
-    out.append(Outcome(Kind.UNDELIVERABLE, H10 + 2000, "o3", "/queue/o", H10 + 1990,
-                       reason=MQRC_Q_FULL, queue="jms-bridge.staging.undeliverable"))
+        out.append(MessageOutcome(Kind.REDELIVERED, H10 + n, "o1", "/queue/o", H10 + n + 100,
+                                  count=n))
+    out.append(MessageOutcome(Kind.DEAD_LETTERED, H10 + 9, "o1", "/queue/o",
+                              reason=MQRC_BACKOUT_THRESHOLD_REACHED, queue="/queue/dlq", count=4))
+    out.append(MessageOutcome(Kind.REDELIVERED, H10 + 1, "o2", "/queue/o", H10 + 1, count=1))
+    out.append(MessageOutcome(Kind.DELETED, H10 + 2, "o2", "/queue/o",
+                              reason=MQRC_BACKOUT_THRESHOLD_REACHED, count=2))
+    out.append(MessageOutcome(Kind.UNDELIVERABLE, H10 + 2000, "o3", "/queue/o", H10 + 1990,
+                              reason=MQRC_Q_FULL, queue="jms-bridge.staging.undeliverable"))
     return out
 
 

@@ -7,11 +7,11 @@ import pytest
 from policies.errors import ConfigError
 from policies.redelivery import (
     PRESERVE_UNDELIVERED_HEADER,
-    Action,
     Delete,
     Move,
     Policy,
     Redeliver,
+    RedeliveryAction,
     Undelivered,
     decide,
     parse_policy,
@@ -21,7 +21,7 @@ SOURCE = "/queue/orders"
 
 
 def run(policy: Policy, upto: int, headers: Mapping[str, str] | None = None,
-        rand: float = 0.5) -> list[Action]:
+        rand: float = 0.5) -> list[RedeliveryAction]:
     return [decide(policy, n, SOURCE, headers or {}, rand) for n in range(1, upto + 1)]
 
 

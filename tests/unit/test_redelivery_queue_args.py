@@ -5,14 +5,14 @@ documents them."""
 import pytest
 
 from policies.errors import ConfigError
-from policies.redelivery import Action, Delete, Move, Policy, Redeliver, decide
+from policies.redelivery import Delete, Move, Policy, Redeliver, RedeliveryAction, decide
 from policies.redelivery.queue_args import parse_queue_args
 
 QUEUE = "orders"
 SOURCE = "/amq/queue/orders"
 
 
-def run(policy: Policy, upto: int) -> list[Action]:
+def run(policy: Policy, upto: int) -> list[RedeliveryAction]:
     return [decide(policy, n, SOURCE, {}, 0.5) for n in range(1, upto + 1)]
 
 

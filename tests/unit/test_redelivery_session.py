@@ -14,7 +14,7 @@ from bridge.intercept.chain import Chain
 from bridge.intercept.redelivery import RedeliveryInterceptor, delivery_count
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Outcome, Sink
+from bridge.staging.outcomes import MessageOutcome, Sink
 from policies.redelivery import compile_table
 
 NOW = 1_800_000_000_000
@@ -306,9 +306,9 @@ def test_frames_held_behind_copies_go_up_when_the_client_is_lost() -> None:
 
 
 def test_a_disconnect_held_for_copies_then_a_lost_client_fails_each_delivery_once() -> None:
-    seen: list[Outcome] = []
+    seen: list[MessageOutcome] = []
 
-    def sink(outcomes: Sequence[Outcome]) -> None:
+    def sink(outcomes: Sequence[MessageOutcome]) -> None:
         seen.extend(outcomes)
 
     s = session(sinks=[sink])

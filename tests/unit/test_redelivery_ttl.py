@@ -13,7 +13,7 @@ from bridge.intercept.redelivery import RedeliveryInterceptor
 from bridge.intercept.views import Delivery, Send, Settle, Settlement
 from bridge.staging import envelope
 from bridge.staging.levels import Layout
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.outcomes import Kind, MessageOutcome
 from policies.redelivery import compile_table
 
 NOW = 1_800_000_000_000
@@ -27,8 +27,8 @@ TABLE = compile_table({
 
 
 def fail(dest: str, headers: dict[str, str], fmt: StagedFormat = rabbitmq.FORMAT,
-         ) -> tuple[Copy, list[Outcome]]:
-    outcomes: list[Outcome] = []
+         ) -> tuple[Copy, list[MessageOutcome]]:
+    outcomes: list[MessageOutcome] = []
     icpt = RedeliveryInterceptor(table=TABLE, fmt=fmt, layout=Layout(), clock=lambda: NOW,
                                  rand=lambda: 0.5, sinks=[outcomes.extend])
     delivery = Delivery(dest, "s1", "a1", MappingProxyType(

@@ -20,8 +20,8 @@ from bridge.staging.catalogue import (
     changes,
     open_file,
 )
-from bridge.staging.orders import CANCEL_LEAD_MS, Action, Order
-from bridge.staging.outcomes import Kind, Outcome
+from bridge.staging.orders import CANCEL_LEAD_MS, Order, OrderAction
+from bridge.staging.outcomes import Kind, MessageOutcome
 from policies.errors import ConfigError
 from tests.unit.memory_broker import MemoryBroker
 from tests.unit.test_staging_engine import LAYOUT, T0, TARGET, Clock, drive, engine_for, releases
@@ -38,19 +38,19 @@ def settled(writer: CatalogueWriter, done: int, timeout: float = 5.0) -> None:
     assert writer.written >= done, (writer.written, writer.last_error)
 
 
-def staged(message_id: str, due_ms: int, target: str = TARGET, at_ms: int = T0) -> Outcome:
-    return Outcome(Kind.STAGED, at_ms, message_id, target, due_ms, queue="q", size=7)
+def staged(message_id: str, due_ms: int, target: str = TARGET, at_ms: int = T0) -> MessageOutcome:
+    return MessageOutcome(Kind.STAGED, at_ms, message_id, target, due_ms, queue="q", size=7)
 
 
 def test_outcomes_add_and_take_out_rows() -> None:
     adds, gone = changes([
         staged("a", T0 + 10),
-        Outcome(Kind.REDELIVERED, T0, "b", "/queue/r", T0 + 5_000, size=2),
-        Outcome(Kind.REDELIVERED, T0, "c", "/queue/r", T0),  # at once: not staged
-        Outcome(Kind.RELEASED, T0, "d", TARGET, T0),
-        Outcome(Kind.CANCELLED, T0, "e", TARGET, T0),
-        Outcome(Kind.HOPPED, T0, count=4),
-        Outcome(Kind.RETRIED, T0, "f", TARGET, T0),
+        MessageOutcome(Kind.REDELIVERED, T0, "b", "/queue/r", T0 + 5_000, size=2),
+        MessageOutcome(Kind.REDELIVERED, T0, "c", "/queue/r", T0),  # at once: not staged
+        MessageOutcome(Kind.RELEASED, T0, "d", TARGET, T0),
+        MessageOutcome(Kind.CANCELLED, T0, "e", TARGET, T0),
+        MessageOutcome(Kind.HOPPED, T0, count=4),
+        MessageOutcome(Kind.RETRIED, T0, "f", TARGET, T0),
     ])
     assert adds == [Entry("a", TARGET, T0 + 10, 7), Entry("b", "/queue/r", T0 + 5_000, 2)]
     assert gone == ["d", "e"]
@@ -62,7 +62,7 @@ def test_rows_are_written_found_by_id_and_target_and_never_shown_past_due(
     writer = CatalogueWriter(path).start()
     sink = CatalogueSink(writer)
     sink([staged("a", T0 + 3_000), staged("b", T0 + 1_000), staged("c", T0 + 2_000, "/queue/o")])
-    sink([Outcome(Kind.RELEASED, T0, "b", TARGET, T0 + 1_000)])
+    sink([MessageOutcome(Kind.RELEASED, T0, "b", TARGET, T0 + 1_000)])
     settled(writer, 4)
     reader = Catalogue(path, writer)
     assert [e.message_id for e in reader.entries(now_ms=T0)] == ["c", "a"]
@@ -81,7 +81,7 @@ def test_two_processes_writers_share_one_file(tmp_path: Path) -> None:
     for i in range(200):
         CatalogueSink(bridge)([staged(f"m{i}", T0 + 1_000 + i)])
         if i % 2:
-            CatalogueSink(engine)([Outcome(Kind.RELEASED, T0, f"m{i - 1}", TARGET, T0)])
+            CatalogueSink(engine)([MessageOutcome(Kind.RELEASED, T0, f"m{i - 1}", TARGET, T0)])
     settled(bridge, 200)
     settled(engine, 100)
     left = Catalogue(path).entries(now_ms=T0)
@@ -108,8 +108,8 @@ def test_a_list_order_asking_for_the_catalogue_gets_its_rows(tmp_path: Path) -> 
     CatalogueSink(writer)([staged(far, T0 + 7 * DAY_MS), staged("other", T0 + DAY_MS, "/q/o")])
     settled(writer, 2)
     engine.step(T0)
-    asked = Order.new(Action.LIST, "", REPLY, target=TARGET, catalogue=True)
-    plain = Order.new(Action.LIST, "", REPLY, target=TARGET)
+    asked = Order.new(OrderAction.LIST, "", REPLY, target=TARGET, catalogue=True)
+    plain = Order.new(OrderAction.LIST, "", REPLY, target=TARGET)
     for order in (asked, plain):
         broker.publish(orders.destination(LAYOUT.control), order.message())
     clock.now = T0 + 1
@@ -126,7 +126,7 @@ def test_a_list_order_asking_for_the_catalogue_gets_its_rows(tmp_path: Path) -> 
     assert orders.CATALOGUE not in replies[plain.order_id].headers
     # A cancel order takes the row out of every engine's catalogue.
     broker.publish(orders.destination(LAYOUT.control),
-                   Order.new(Action.CANCEL, far, None).message())
+                   Order.new(OrderAction.CANCEL, far, None).message())
     clock.now = T0 + 2
     engine.step(clock.now)
     settled(writer, 3)
@@ -135,7 +135,7 @@ def test_a_list_order_asking_for_the_catalogue_gets_its_rows(tmp_path: Path) -> 
 
 
 def test_an_order_travels_in_a_body_as_a_staged_cancel_releases_it() -> None:
-    order = Order.new(Action.CANCEL, "ID:victim", None)
+    order = Order.new(OrderAction.CANCEL, "ID:victim", None)
     assert Order.of_message(Message({"content-type": "application/json"},
                                     json.dumps(order.headers()).encode())) == order
     for body in (b"{not json", b"[1]", b'{"a": "b"}'):
@@ -177,7 +177,7 @@ def test_cancel_of_a_catalogued_message_due_later_is_staged(tmp_path: Path) -> N
             super().publish(destination, message)
             if destination == orders.destination(LAYOUT.control):
                 order = Order.of(message.headers)
-                if order.action is Action.LIST and order.reply_topic:
+                if order.action is OrderAction.LIST and order.reply_topic:
                     found = [e for e in self.entries if e.message_id == order.message_id]
                     answer = order.listing([], found)
                     self._heard.append(Held(order.reply_topic, answer, None))
@@ -204,7 +204,7 @@ def test_an_engine_restarted_remembers_the_orders_it_heard(tmp_path: Path) -> No
     first, _, _ = engine_for(broker, clock, catalogue=Catalogue(path, first_writer))
     first.step(T0)
     broker.publish(orders.destination(LAYOUT.control),
-                   Order.new(Action.CANCEL, "ID:later", None).message())
+                   Order.new(OrderAction.CANCEL, "ID:later", None).message())
     clock.now = T0 + 1
     first.step(clock.now)
     settled(first_writer, 2)  # the row taken out (none), the order kept
@@ -283,7 +283,7 @@ def test_a_catalogue_answer_waits_for_the_bridges_writer_or_says_it_is_no_catalo
     time.sleep(0.05)
     threading.Timer(held_s, lambda: blocker.execute("COMMIT")).start()
     clock.now = T0 + 1
-    answer = _answered(broker, engine, clock, Order.new(Action.LIST, "", REPLY, target=TARGET,
+    answer = _answered(broker, engine, clock, Order.new(OrderAction.LIST, "", REPLY, target=TARGET,
                                                         catalogue=True))
     listed = [r["message_id"] for r in orders.rows_of(answer.body)]
     if held_s < 1.0:  # caught up within the wait: answered from the catalogue, with it

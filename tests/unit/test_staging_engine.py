@@ -29,8 +29,8 @@ from bridge.staging.engine import (
 )
 from bridge.staging.engine_settling import INVALID_QUEUE, INVALID_REASON
 from bridge.staging.levels import MAX_LEVEL, Layout
-from bridge.staging.outcomes import Kind, Outcome
-from bridge.staging.stats import StagingStats
+from bridge.staging.outcomes import Kind, MessageOutcome
+from bridge.staging.staging_stats import StagingStats
 from policies.reasons import MQFB_EXPIRATION
 from tests.unit.memory_broker import MemoryBroker
 
@@ -783,7 +783,7 @@ def test_a_message_refused_for_a_property_value_is_kept_with_plain_headers() -> 
 def test_what_the_broker_confirmed_reaches_the_sinks_as_outcomes() -> None:
     clock = Clock()
     broker = MemoryBroker(clock=clock)
-    seen: list[Outcome] = []
+    seen: list[MessageOutcome] = []
     engine, stats, _ = engine_for(broker, clock, sinks=[seen.extend])
     released_id = stage(broker, delay_ms=40_000, now=T0)
     expired_id = stage(broker, delay_ms=40_000, now=T0, ttl_ms=40_000)

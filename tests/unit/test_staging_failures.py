@@ -10,8 +10,8 @@ from adapters.base import Message
 from bridge.staging import envelope
 from bridge.staging.engine import Engine
 from bridge.staging.failures import FailureSettings
-from bridge.staging.outcomes import Kind, Outcome
-from bridge.staging.stats import StagingStats
+from bridge.staging.outcomes import Kind, MessageOutcome
+from bridge.staging.staging_stats import StagingStats
 from policies import reports
 from policies.reasons import MQRC_NOT_AUTHORIZED, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
 from policies.redelivery import compile_table
@@ -48,10 +48,10 @@ TWICE = MessageRetry(2, 1000)
 
 def setup(
     name: str = "rabbitmq", *, retry: MessageRetry = TWICE, redelivery: object = None,
-) -> tuple[Clock, MemoryBroker, Engine, StagingStats, CapturingLogger, list[Outcome]]:
+) -> tuple[Clock, MemoryBroker, Engine, StagingStats, CapturingLogger, list[MessageOutcome]]:
     clock = Clock()
     broker = MemoryBroker(name, clock=clock)
-    seen: list[Outcome] = []
+    seen: list[MessageOutcome] = []
     failures = FailureSettings(RetryTable(retry), compile_table(redelivery),
                                "jbt-undelivered")
     engine, stats, log = engine_for(broker, clock, failures=failures, sinks=[seen.extend])
@@ -244,13 +244,13 @@ def test_a_dead_letter_destination_that_refuses_keeps_the_message_staged(name: s
 def test_a_release_now_order_refused_falls_to_message_retry() -> None:
     """An operator's release-now of a message whose target is full: tried at once, then at the
     message-retry interval, not again and again at once."""
-    from bridge.staging.orders import Action, Order
+    from bridge.staging.orders import Order, OrderAction
 
     clock, broker, engine, stats, _, _ = setup(retry=MessageRetry(3, 1000))
     broker.refuse(TARGET, MQRC_Q_FULL, "full")
     mid = stage(broker, delay_ms=600_000)
     engine.step(clock.now)
-    engine._take_order(Order.new(Action.RELEASE, mid, "").message(), clock.now)
+    engine._take_order(Order.new(OrderAction.RELEASE, mid, "").message(), clock.now)
     drive(engine, clock, T0 + 2_500)
     assert stats.retries == 3 and stats.undeliverable == 0  # at 0, 1 and 2 s
     drive(engine, clock, T0 + 10_000)

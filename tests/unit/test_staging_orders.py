@@ -9,7 +9,7 @@ import pytest
 from adapters.base import Held, Message
 from bridge.staging import envelope, orders, tools
 from bridge.staging.engine import DECLARE_LATER_MS
-from bridge.staging.orders import Action, Order, Orders
+from bridge.staging.orders import Order, OrderAction, Orders
 from policies.reasons import MQRC_NOT_AUTHORIZED
 from tests.unit.memory_broker import MemoryBroker
 from tests.unit.test_staging_engine import (
@@ -27,7 +27,7 @@ from tests.unit.test_staging_engine import (
 REPLY = LAYOUT.control + ".reply.test"
 
 
-def give(broker: MemoryBroker, action: Action, message_id: str) -> Order:
+def give(broker: MemoryBroker, action: OrderAction, message_id: str) -> Order:
     """What ``tools.ask_engines`` publishes."""
     order = Order.new(action, message_id, REPLY)
     broker.publish(orders.destination(LAYOUT.control), order.message())
@@ -46,10 +46,10 @@ def staged_left(broker: MemoryBroker) -> int:
 
 
 def test_an_order_travels_as_headers_and_is_answered_by_its_id() -> None:
-    order = Order.new(Action.RELEASE, "ID:m-1", REPLY)
+    order = Order.new(OrderAction.RELEASE, "ID:m-1", REPLY)
     assert Order.of(order.message().headers) == order
     assert order.answered(order.answer("released").headers) == "released"
-    other = Order.new(Action.RELEASE, "ID:m-1", REPLY)
+    other = Order.new(OrderAction.RELEASE, "ID:m-1", REPLY)
     assert order.answered(other.answer("released").headers) is None
     for bad in ({}, {orders.ORDER: "delete", envelope.MESSAGE_ID: "x", orders.ORDER_ID: "1"},
                 {orders.ORDER: "cancel", orders.ORDER_ID: "1"}):
@@ -60,7 +60,7 @@ def test_an_order_travels_as_headers_and_is_answered_by_its_id() -> None:
 def test_orders_are_kept_for_a_while_and_at_most_so_many() -> None:
     kept = Orders(keep_ms=1_000, keep_max=3)
     for i in range(5):
-        kept.add(Order.new(Action.CANCEL, f"m{i}", REPLY), now_ms=i)
+        kept.add(Order.new(OrderAction.CANCEL, f"m{i}", REPLY), now_ms=i)
     assert len(kept) == 3 and kept.get("m1", 10) is None and kept.get("m2", 10) is not None
     assert kept.get("m4", 1_003) is not None and kept.get("m4", 1_004) is None
     kept.forget(2_000)
@@ -79,7 +79,7 @@ def test_cancel_of_a_message_the_engine_holds_in_a_level_buffer(layout) -> None:
     kept = stage(broker, delay_ms=5_000, now=T0, layout=layout)
     engine.step(T0)
     assert broker.held_count == 2, "taken ahead by the level subscription"
-    order = give(broker, Action.CANCEL, message_id)
+    order = give(broker, OrderAction.CANCEL, message_id)
     clock.now = T0 + 10
     drive(engine, clock, T0 + 10_000)
     assert releases(broker) == {kept: [T0 + 5_000]}
@@ -95,7 +95,7 @@ def test_release_now_of_a_message_held_for_release_is_early_on_purpose() -> None
     message_id = stage(broker, delay_ms=800, now=T0)  # the ready queue: held in the heap
     engine.step(T0)
     assert [due for due, *_ in engine._heap] == [T0 + 800]
-    order = give(broker, Action.RELEASE, message_id)
+    order = give(broker, OrderAction.RELEASE, message_id)
     clock.now = T0 + 100
     engine.step(clock.now)
     [(t, released)] = broker.delivered(TARGET)
@@ -115,7 +115,7 @@ def test_an_order_for_a_message_not_held_is_carried_out_when_the_engine_meets_it
     engine, stats, _ = engine_for(broker, clock, quick=False)  # sees what comes
     engine.step(T0)
     message_id = "ID:on-its-way"
-    order = give(broker, Action.CANCEL, message_id)
+    order = give(broker, OrderAction.CANCEL, message_id)
     clock.now = T0 + 1
     engine.step(clock.now)
     assert answers(broker, order) == []
@@ -142,7 +142,7 @@ def test_an_order_makes_the_engine_look_at_its_peeked_levels_at_once() -> None:
     engine.step(T0 - DECLARE_LATER_MS)  # connected: the long levels are declared after
     engine.step(T0)
     engine.step(T0)
-    order = give(broker, Action.CANCEL, message_id)
+    order = give(broker, OrderAction.CANCEL, message_id)
     clock.now = T0 + 5
     engine.step(clock.now)
     assert answers(broker, order) == ["cancelled"] and stats.cancelled == 1
@@ -154,7 +154,7 @@ def test_a_remembered_order_lapses() -> None:
     broker = MemoryBroker(clock=clock)
     engine, stats, _ = engine_for(broker, clock)
     engine.step(T0)
-    give(broker, Action.CANCEL, "ID:late")
+    give(broker, OrderAction.CANCEL, "ID:late")
     engine.step(T0)
     assert engine._orders.get("ID:late", T0 + orders.KEEP_MS - 1)
     clock.now = T0 + orders.KEEP_MS
@@ -174,7 +174,7 @@ def test_release_of_a_message_whose_ttl_ran_out_answers_expired() -> None:
     message_id = stage(broker, delay_ms=5_000, now=T0, ttl_ms=3_000)  # as if a clock stepped
     engine.step(T0)
     assert broker.held_count == 1
-    order = give(broker, Action.RELEASE, message_id)
+    order = give(broker, OrderAction.RELEASE, message_id)
     clock.now = T0 + 3_500
     engine.step(clock.now)
     assert broker.delivered(TARGET) == [] and stats.expired == 1 and stats.released == 0
@@ -241,8 +241,8 @@ def test_tool_orders_the_engine_that_holds_the_message() -> None:
     broker = EngineHolds({"ID:held": "cancelled", "ID:gone": "expired"})
     broker.connect()
     outcome = tools.cancel(broker, LAYOUT, "ID:held", answer_s=5.0)
-    assert outcome == tools.Outcome("cancelled", by_engine=True) and outcome.as_asked
-    assert [o.action for o in broker.orders] == [Action.CANCEL]
+    assert outcome == tools.OrderOutcome("cancelled", by_engine=True) and outcome.as_asked
+    assert [o.action for o in broker.orders] == [OrderAction.CANCEL]
     expired = tools.release_now(broker, LAYOUT, "ID:gone", answer_s=5.0)
     assert expired is not None and not expired.as_asked
     assert "time to live" in expired.describe("ID:gone")
@@ -275,10 +275,10 @@ def test_a_list_order_is_answered_with_what_the_engine_holds() -> None:
     other = stage(broker, delay_ms=5_000, now=T0, target="/queue/other")
     stage(broker, delay_ms=7 * 86_400_000, now=T0)  # a peeked level: on its queue
     engine.step(T0)
-    everything = give(broker, Action.LIST, "")
-    only = Order.new(Action.LIST, "", REPLY, target="/queue/other")
+    everything = give(broker, OrderAction.LIST, "")
+    only = Order.new(OrderAction.LIST, "", REPLY, target="/queue/other")
     broker.publish(orders.destination(LAYOUT.control), only.message())
-    one = Order.new(Action.LIST, soon, REPLY)
+    one = Order.new(OrderAction.LIST, soon, REPLY)
     broker.publish(orders.destination(LAYOUT.control), one.message())
     clock.now = T0 + 1
     engine.step(clock.now)
@@ -363,7 +363,7 @@ def test_the_engine_listens_again_after_a_reconnect() -> None:
     clock.now = T0 + 600
     engine.step(clock.now)
     assert broker.listening == {LAYOUT.control} and broker.held_count == 1
-    order = give(broker, Action.CANCEL, message_id)
+    order = give(broker, OrderAction.CANCEL, message_id)
     drive(engine, clock, T0 + 6_000)
     assert broker.delivered(TARGET) == [] and stats.cancelled == 1
     assert answers(broker, order) == ["cancelled"]

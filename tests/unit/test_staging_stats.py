@@ -8,7 +8,7 @@ from collections.abc import MutableSequence
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from bridge.staging.stats import SLOTS, StagingStats, shared_slots
+from bridge.staging.staging_stats import SLOTS, StagingStats, shared_slots
 
 
 def _engine_side(slots: MutableSequence[int]) -> None:

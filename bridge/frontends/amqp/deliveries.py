@@ -21,7 +21,7 @@ from adapters import amqp_types
 from bridge.frontends.amqp.assembler import DELIVER, Message
 from bridge.frontends.amqp.stamping import Stamper
 from bridge.frontends.amqp.translate import MODE, TABLE, headers_of
-from bridge.frontends.headers import LazyHeaders
+from bridge.frontends.lazy_headers import LazyHeaders
 from bridge.intercept.views import Delivery
 
 _LONGLONG = struct.Struct(">Q")

@@ -48,7 +48,7 @@ from bridge.frontends.amqp.upstream import Upstream
 from bridge.frontends.budget import Budget
 from bridge.frontends.checks import always_ready
 from bridge.frontends.peers import tls_subject
-from bridge.frontends.stats import AmqpStats
+from bridge.frontends.relay_stats import AmqpStats
 from bridge.intercept.chain import Chain
 from policies.errors import Refused
 

@@ -43,7 +43,7 @@ from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
 from bridge.frontends.amqp.stamping import Stamper
 from bridge.frontends.amqp.tables import wire_keys
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.relay_stats import RelayStats
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import RELAY, Hold, Refuse, Replace, Stamp
 from bridge.intercept.views import Principal, Subscribe

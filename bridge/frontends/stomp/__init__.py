@@ -13,7 +13,7 @@ from bridge.frontends.stomp.frame import (
     error_frame,
     serialize,
 )
-from bridge.frontends.stomp.headers import decode_headers
+from bridge.frontends.stomp.header_decoding import decode_headers
 
 __all__ = [
     "CLIENT_COMMANDS",

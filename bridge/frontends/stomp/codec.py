@@ -5,7 +5,7 @@ object in place (an offset, no per-frame copy of the buffer, no per-byte loop). 
 arrive while a frame is incomplete are kept aside and only joined once they can complete it
 (the header terminator, the NUL or the content-length is there), which keeps a large frame
 arriving in small pieces linear instead of quadratic. Header sections are decoded by
-``bridge.frontends.stomp.headers``.
+``bridge.frontends.stomp.header_decoding``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bridge.frontends.stomp.frame import (
     LazyHeaders,
     NeedData,
 )
-from bridge.frontends.stomp.headers import (
+from bridge.frontends.stomp.header_decoding import (
     ESCAPES,
     content_length,
     decode_escaped,

@@ -19,7 +19,7 @@ from adapters.rabbitmq_stomp import nack_requeues
 from bridge.frontends.budget import Budget
 from bridge.frontends.checks import CheckRunner, always_ready
 from bridge.frontends.peers import tls_subject
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.relay_stats import RelayStats
 from bridge.frontends.stomp import Limits, error_frame
 from bridge.frontends.stomp.session import Output, Session, State
 from bridge.intercept.chain import Chain

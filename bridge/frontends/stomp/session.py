@@ -19,7 +19,7 @@ import enum
 import itertools
 from collections.abc import Callable
 
-from bridge.frontends.stats import RelayStats
+from bridge.frontends.relay_stats import RelayStats
 from bridge.frontends.stomp import (
     CLIENT_COMMANDS,
     HEARTBEAT,

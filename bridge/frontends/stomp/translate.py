@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from bridge.frontends.headers import LazyHeaders
+from bridge.frontends.lazy_headers import LazyHeaders
 from bridge.frontends.stomp.escaping import escape
 from bridge.frontends.stomp.frame import Frame, serialize
 from bridge.intercept.chain import Interest
