@@ -43,9 +43,9 @@ def _setting_flag(p: argparse.ArgumentParser, name: str, help: str | None = None
     meta = SETTINGS[name].metadata
     options: dict[str, Any] = {"help": help or meta["help"]}
     if meta["choices"] is not None:
-        # argparse checks a choice itself; log-level's may be in any case, as in the file
+        # argparse checks a choice itself, and says which ones there are
         options.update(choices=meta["choices"], default=None)
-        if name == "log-level":
+        if meta["any_case"]:
             options["type"] = str.lower
     else:
         options["metavar"] = meta["metavar"]

@@ -42,14 +42,17 @@ ENV_PREFIX = "JMS_BRIDGE_"
 
 def setting(parse: Callable[[Any, str], Any], *, metavar: str | None = None,
             help: str | None = None, flag: bool = True, connection: bool = False,
-            choices: tuple[str, ...] | None = None, names_itself: bool = False) -> dict[str, Any]:
+            choices: tuple[str, ...] | None = None, any_case: bool = False,
+            names_itself: bool = False) -> dict[str, Any]:
     """The one declaration of a setting beside its field: how a raw value becomes the typed
     one (``parse(value, what)``) and, when it is a flag (``flag``; some are YAML and
-    environment only), its metavar, help and argparse choices. ``connection``: every
+    environment only), its metavar, help and argparse choices (``any_case``: the flag's
+    choice may be in any case, as the file's and environment's are). ``connection``: every
     subcommand takes it, not only ``run``. ``names_itself``: the parser's errors name the
     setting on their own, so it gets the bare source as ``what``."""
     return {"parse": parse, "metavar": metavar, "help": help, "flag": flag,
-            "connection": connection, "choices": choices, "names_itself": names_itself}
+            "connection": connection, "choices": choices, "any_case": any_case,
+            "names_itself": names_itself}
 
 
 _hostport = setting(parse_hostport, metavar="HOST:PORT")
@@ -81,7 +84,8 @@ class Settings:
     log_format: str = field(default="console", metadata=setting(
         partial(sp.choice, choices=LOG_FORMATS), choices=LOG_FORMATS, connection=True))
     log_level: str = field(default="info", metadata=setting(
-        partial(sp.choice, choices=LOG_LEVELS), choices=LOG_LEVELS, connection=True))
+        partial(sp.choice, choices=LOG_LEVELS), choices=LOG_LEVELS, any_case=True,
+        connection=True))
     staging_engine: bool = field(default=True, metadata=setting(
         sp.boolean, metavar="on|off",
         help="release staged messages in this process (off: only stage them)"))
