@@ -13,11 +13,11 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bridge import __version__
 from bridge.app import dlq, logs
-from bridge.app.config import BROKERS, LOG_FORMATS, LOG_LEVELS, Settings, resolve
+from bridge.app.config import SETTING_NAMES, SETTINGS, Settings, resolve
 from bridge.app.progress import EXIT_INTERRUPTED
 from bridge.pipeline.options import add_arguments as add_report_arguments
 from bridge.pipeline.options import add_replay_arguments
@@ -39,18 +39,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _setting_flag(p: argparse.ArgumentParser, name: str, help: str | None = None) -> None:
+    """The flag of setting ``name`` as its field declares it (``help`` for another wording)."""
+    meta = SETTINGS[name].metadata
+    options: dict[str, Any] = {"help": help or meta["help"]}
+    if meta["choices"] is not None:
+        # argparse checks a choice itself, and says which ones there are
+        options.update(choices=meta["choices"], default=None)
+        if meta["any_case"]:
+            options["type"] = str.lower
+    else:
+        options["metavar"] = meta["metavar"]
+    p.add_argument(f"--{name}", **options)
+
+
 def _connection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML file of settings (flag names as keys)")
-    p.add_argument("--broker", choices=BROKERS, default=None)
-    p.add_argument("--upstream-stomp", metavar="stomp://[USER:PASS@]HOST:PORT")
-    p.add_argument("--upstream-amqp", metavar="amqp://USER:PASS@HOST:PORT/VHOST")
-    p.add_argument("--upstream-management", metavar="http://USER:PASS@HOST:PORT",
-                   help="RabbitMQ's management API, to see queue length limits (optional)")
-    p.add_argument("--upstream-ca", metavar="FILE",
-                   help="CA file to verify a stomp+ssl:// or amqps:// broker against")
-    p.add_argument("--log-format", choices=LOG_FORMATS, default=None)
-    p.add_argument("--log-level", choices=LOG_LEVELS, default=None, type=str.lower)
-    p.add_argument("--staging-prefix", metavar="NAME", help="name prefix of the staging queues")
+    for name, f in SETTINGS.items():
+        if f.metadata["connection"]:
+            _setting_flag(p, name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,79 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = commands.add_parser("run", help="run the bridge in front of a broker")
     _connection_flags(run)
-    run.add_argument("--stomp-listen", metavar="HOST:PORT")
-    run.add_argument("--admin-listen", metavar="HOST:PORT")
-    run.add_argument("--amqp-listen", metavar="HOST:PORT",
-                     help="accept AMQP 0-9-1 clients here (RabbitMQ only; off unless given)")
-    run.add_argument("--staging-engine", metavar="on|off",
-                     help="release staged messages in this process (off: only stage them)")
-    run.add_argument("--staging-level-prefetch", metavar="N",
-                     help="messages taken ahead from each short level queue (default 1000)")
-    run.add_argument("--staging-queue-type", metavar="classic|quorum",
-                     help="type of the staging queues: quorum replicates them on a RabbitMQ "
-                          "cluster (RabbitMQ only; default classic)")
-    run.add_argument("--delay-headers", metavar="NAMES",
-                     help="comma-separated headers holding a relative delay in ms")
-    run.add_argument("--delivery-time-headers", metavar="NAMES",
-                     help="comma-separated headers holding an absolute delivery time (epoch ms)")
-    run.add_argument("--delay-disabled", metavar="PATTERNS",
-                     help="comma-separated destination patterns that may not be delayed")
-    run.add_argument("--activemq-scheduler", metavar="take|passthrough",
-                     help="AMQ_SCHEDULED_* headers: staged by the bridge (take, the default) "
-                          "or left to ActiveMQ's own scheduler (passthrough; ActiveMQ only)")
-    run.add_argument("--first-delivery-count", metavar="PATTERNS",
-                     help="comma-separated destination patterns whose first deliveries carry "
-                          "JMSXDeliveryCount 1 too (elsewhere only redeliveries carry it)")
-    run.add_argument("--handshake-timeout", metavar="SECONDS",
-                     help="close a client that has not sent a whole CONNECT by then (default 10)")
-    run.add_argument("--max-connections", metavar="N",
-                     help="client connections at once (default 10000)")
-    run.add_argument("--max-connections-per-address", metavar="N",
-                     help="client connections at once from one address (default 1000)")
-    run.add_argument("--stomp-tls-listen", metavar="HOST:PORT",
-                     help="accept STOMP clients over TLS here (needs --tls-cert, --tls-key)")
-    run.add_argument("--amqp-tls-listen", metavar="HOST:PORT",
-                     help="accept AMQP 0-9-1 clients over TLS here, as RabbitMQ's amqps port "
-                          "(RabbitMQ only; needs --tls-cert, --tls-key)")
-    run.add_argument("--tls-cert", metavar="FILE", help="the TLS listeners' certificate (PEM)")
-    run.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    run.add_argument("--tls-client-ca", metavar="FILE",
-                     help="ask clients for a certificate signed by this CA (mutual TLS)")
-    run.add_argument("--max-frame-bytes", metavar="SIZE",
-                     help="largest STOMP frame a client may send (default 64MiB)")
-    run.add_argument("--max-buffered-bytes", metavar="SIZE",
-                     help="bytes held for all clients together before the bridge stops "
-                          "reading them (default 128MiB)")
-    run.add_argument("--upstream-wait", metavar="SECONDS",
-                     help="exit 1 if the broker does not answer within SECONDS of start "
-                          "(default: start anyway and connect when it comes)")
-    run.add_argument("--undelivered-queue", metavar="NAME",
-                     help="where failed deliveries go when their policy says undelivered "
-                          "(default jms-bridge.undelivered)")
-    run.add_argument("--expiry-policy", metavar="REGEX|off",
-                     help="RabbitMQ: apply a policy (lowest priority, needs "
-                          "--upstream-management) that dead-letters the expired messages of "
-                          "the queues whose names match REGEX to the bridge, which keeps those "
-                          "that asked to be (JMS_TIBCO_PRESERVE_UNDELIVERED) on the undelivered "
-                          "queue (default off)")
-    run.add_argument("--expiry-dead-letter-queue", metavar="NAME|off",
-                     help="ActiveMQ: the dead-letter queue the broker moves expired messages "
-                          "to, from which the bridge takes those that asked to be kept to the "
-                          "undelivered queue (default ActiveMQ.DLQ; DLQ.> for "
-                          "per-destination dead-letter queues)")
-    run.add_argument("--message-retry", metavar="COUNT:INTERVAL_MS",
-                     help="retries of a release its target refused for a reason that can pass "
-                          "(queue full), and the wait between them (default 10:1000)")
-    run.add_argument("--admin-token-file", metavar="FILE",
-                     help="bearer token(s) the admin API asks for, one a line (re-read when "
-                          "the file changes); without it the /staged endpoints are refused")
-    run.add_argument("--journal", metavar="DIR",
-                     help="write every message's events as JSON lines to files in DIR (off "
-                          "unless given)")
-    run.add_argument("--staged-catalogue", metavar="FILE",
-                     help="index the messages this bridge stages in this SQLite file, so that "
-                          "`staged list` and `cancel` answer without reading the staging "
-                          "queues (off unless given)")
+    for name, f in SETTINGS.items():
+        if f.metadata["flag"] and not f.metadata["connection"]:
+            _setting_flag(run, name)
     staged = commands.add_parser("staged", help="list, count, cancel or release staged messages")
     actions = staged.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = actions.add_parser("list", help="staged messages, soonest first")
@@ -159,10 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                               help="due this long from now: 90s, 10m, 2h, 1d")
             when.add_argument("--at", dest="due_at", metavar="TIME",
                               help="due then: ISO 8601 (UTC unless it says) or epoch ms")
-        p.add_argument("--journal", metavar="DIR",
-                       help="journal what this tool does itself here when no staging engine "
-                            "runs (the bridge's journal folder); a running engine journals "
-                            "it otherwise")
+        _setting_flag(p, "journal",
+                      help="journal what this tool does itself here when no staging engine "
+                           "runs (the bridge's journal folder); a running engine journals "
+                           "it otherwise")
     policy = commands.add_parser("policy", help="which redelivery policy applies, and what it does")
     policy_actions = policy.add_subparsers(dest="action", required=True, parser_class=_Parser)
     show = policy_actions.add_parser(
@@ -173,11 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--upto", metavar="N", type=int, default=None,
                       help="show failures 1..N (default: until the policy settles)")
     show.add_argument("--json", action="store_true", help="JSON instead of text")
-    show.add_argument("--broker", choices=BROKERS, default=None)
-    show.add_argument("--upstream-amqp", metavar="amqp://USER:PASS@HOST:PORT/VHOST",
-                      help="RabbitMQ: the vhost of the queue whose arguments are read")
-    show.add_argument("--upstream-management", metavar="http://USER:PASS@HOST:PORT",
-                      help="RabbitMQ's management API: read the queue's own delayed-retry "
+    _setting_flag(show, "broker")
+    _setting_flag(show, "upstream-amqp",
+                  help="RabbitMQ: the vhost of the queue whose arguments are read")
+    _setting_flag(show, "upstream-management",
+                  help="RabbitMQ's management API: read the queue's own delayed-retry "
                            "arguments, which win over the configured patterns")
     dlq.add_parser(commands, _connection_flags, _Parser)
     report = commands.add_parser(
@@ -428,11 +365,8 @@ def _replay(ns: argparse.Namespace, settings: Settings) -> int:
 
 
 def _settings_flags(ns: argparse.Namespace) -> dict[str, object]:
-    skip = {"command", "config", "action", "target", "message_id", "json", "scan", "destination",
-            "user",
-            "upto", "due_in", "due_at", "archive", "rate", "ledger", "partitions", "out",
-            "master", "conf", *dlq.OWN_KEYS}
-    return {k.replace("_", "-"): v for k, v in vars(ns).items() if k not in skip}
+    flags = {k.replace("_", "-"): v for k, v in vars(ns).items()}
+    return {k: v for k, v in flags.items() if k in SETTING_NAMES}
 
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command a closed pipe stopped

@@ -1,5 +1,8 @@
 """Settings of ``jms-bridge``: flags beat environment beats config file beats defaults.
 
+Every setting is declared once, as a field of ``Settings`` whose metadata (``setting``) says
+how its value is parsed and, for the flags, their metavar and help; the command line, the
+environment, the YAML keys and the docs' settings table (checked by a test) follow from it.
 Every setting has one name, the flag's (``upstream-stomp``). The environment spells it
 ``JMS_BRIDGE_UPSTREAM_STOMP``; a YAML config file spells it ``upstream-stomp`` or
 ``upstream_stomp``. Values are validated here, once, into plain typed values, so the rest of
@@ -9,110 +12,226 @@ the bridge never sees a string it has to parse.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from bridge.app import settings_parse as sp
+
+# Re-exported: the rest of the bridge knows these from here.
+from bridge.app.settings_parse import ACTIVEMQ_SCHEDULER as ACTIVEMQ_SCHEDULER
+from bridge.app.settings_parse import BROKERS as BROKERS
+from bridge.app.settings_parse import LOG_FORMATS as LOG_FORMATS
+from bridge.app.settings_parse import LOG_LEVELS as LOG_LEVELS
+from bridge.app.settings_parse import STAGING_QUEUE_TYPES as STAGING_QUEUE_TYPES
+from bridge.app.settings_parse import UNITS
+from bridge.app.settings_parse import parse_hostport as parse_hostport
+from bridge.app.settings_parse import parse_url as parse_url
+from bridge.app.settings_parse import parse_urls as parse_urls
 from policies.endpoints import Endpoint
 from policies.errors import ConfigError
-from policies.naming import check_pattern
-from policies.redelivery import PolicyTable, compile_table
-from policies.retry import RetryTable, compile_retry
+from policies.redelivery import PolicyTable
+from policies.retry import RetryTable
 
 ENV_PREFIX = "JMS_BRIDGE_"
-BROKERS = ("rabbitmq", "activemq")
-LOG_FORMATS = ("json", "console")
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-STAGING_QUEUE_TYPES = ("classic", "quorum")
-# ActiveMQ's scheduler headers (AMQ_SCHEDULED_*): the bridge stages them (take), or leaves them
-# to a broker whose schedulerSupport is on (passthrough).
-ACTIVEMQ_SCHEDULER = ("take", "passthrough")
+
+
+def setting(parse: Callable[[Any, str], Any], *, metavar: str | None = None,
+            help: str | None = None, flag: bool = True, connection: bool = False,
+            choices: tuple[str, ...] | None = None, any_case: bool = False,
+            names_itself: bool = False) -> dict[str, Any]:
+    """The one declaration of a setting beside its field: how a raw value becomes the typed
+    one (``parse(value, what)``) and, when it is a flag (``flag``; some are YAML and
+    environment only), its metavar, help and argparse choices (``any_case``: the flag's
+    choice may be in any case, as the file's and environment's are). ``connection``: every
+    subcommand takes it, not only ``run``. ``names_itself``: the parser's errors name the
+    setting on their own, so it gets the bare source as ``what``."""
+    return {"parse": parse, "metavar": metavar, "help": help, "flag": flag,
+            "connection": connection, "choices": choices, "any_case": any_case,
+            "names_itself": names_itself}
+
+
+_hostport = setting(parse_hostport, metavar="HOST:PORT")
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    broker: str = "rabbitmq"
-    upstream_stomp: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61613))
-    upstream_amqp: Endpoint | None = None
-    upstream_management: Endpoint | None = None
-    stomp_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61633))
-    admin_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 9613))
+    broker: str = field(default="rabbitmq", metadata=setting(
+        partial(sp.choice, choices=BROKERS), choices=BROKERS, connection=True))
+    upstream_stomp: Endpoint = field(
+        default_factory=lambda: Endpoint("127.0.0.1", 61613), metadata=setting(
+            partial(parse_urls, scheme="stomp", tls_scheme="stomp+ssl"), connection=True,
+            metavar="stomp://[USER:PASS@]HOST:PORT"))
+    upstream_amqp: Endpoint | None = field(default=None, metadata=setting(
+        partial(parse_urls, scheme="amqp", vhost=True, tls_scheme="amqps"), connection=True,
+        metavar="amqp://USER:PASS@HOST:PORT/VHOST"))
+    upstream_management: Endpoint | None = field(default=None, metadata=setting(
+        partial(parse_url, scheme="http"), connection=True,
+        metavar="http://USER:PASS@HOST:PORT",
+        help="RabbitMQ's management API, to see queue length limits (optional)"))
+    stomp_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 61633),
+                                   metadata=_hostport)
+    admin_listen: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 9613),
+                                   metadata=_hostport)
     # AMQP 0-9-1 clients (RabbitMQ only); off unless given.
-    amqp_listen: Endpoint | None = None
-    log_format: str = "console"
-    log_level: str = "info"
-    staging_engine: bool = True
-    delay_headers: tuple[str, ...] = ("x-delay", "AMQ_SCHEDULED_DELAY")
-    delivery_time_headers: tuple[str, ...] = ("JMSDeliveryTime", "_AMQ_SCHED_DELIVERY")
-    delay_disabled: tuple[str, ...] = ()
+    amqp_listen: Endpoint | None = field(default=None, metadata=setting(
+        parse_hostport, metavar="HOST:PORT",
+        help="accept AMQP 0-9-1 clients here (RabbitMQ only; off unless given)"))
+    log_format: str = field(default="console", metadata=setting(
+        partial(sp.choice, choices=LOG_FORMATS), choices=LOG_FORMATS, connection=True))
+    log_level: str = field(default="info", metadata=setting(
+        partial(sp.choice, choices=LOG_LEVELS), choices=LOG_LEVELS, any_case=True,
+        connection=True))
+    staging_engine: bool = field(default=True, metadata=setting(
+        sp.boolean, metavar="on|off",
+        help="release staged messages in this process (off: only stage them)"))
+    delay_headers: tuple[str, ...] = field(
+        default=("x-delay", "AMQ_SCHEDULED_DELAY"), metadata=setting(
+            sp.names, metavar="NAMES",
+            help="comma-separated headers holding a relative delay in ms"))
+    delivery_time_headers: tuple[str, ...] = field(
+        default=("JMSDeliveryTime", "_AMQ_SCHED_DELIVERY"), metadata=setting(
+            sp.names, metavar="NAMES",
+            help="comma-separated headers holding an absolute delivery time (epoch ms)"))
+    delay_disabled: tuple[str, ...] = field(default=(), metadata=setting(
+        sp.names, metavar="PATTERNS",
+        help="comma-separated destination patterns that may not be delayed"))
     # Destination patterns whose first deliveries carry JMSXDeliveryCount (1) too; elsewhere a
     # first delivery goes out as the broker sent it and only a redelivery carries the count.
-    first_delivery_count: tuple[str, ...] = ()
-    activemq_scheduler: str = "take"
-    staging_prefix: str = "jms-bridge.staging"
+    first_delivery_count: tuple[str, ...] = field(default=(), metadata=setting(
+        sp.patterns, metavar="PATTERNS",
+        help="comma-separated destination patterns whose first deliveries carry "
+             "JMSXDeliveryCount 1 too (elsewhere only redeliveries carry it)"))
+    activemq_scheduler: str = field(default="take", metadata=setting(
+        partial(sp.choice, choices=ACTIVEMQ_SCHEDULER), metavar="take|passthrough",
+        help="AMQ_SCHEDULED_* headers: staged by the bridge (take, the default) "
+             "or left to ActiveMQ's own scheduler (passthrough; ActiveMQ only)"))
+    staging_prefix: str = field(default="jms-bridge.staging", metadata=setting(
+        partial(sp.text, expected="a queue name prefix without '/'", slash=False),
+        metavar="NAME", help="name prefix of the staging queues", connection=True))
     # Messages the engine takes ahead from each level of up to about a minute: its memory is at
     # most about (levels streamed x this + 5,000 ready) x message size.
-    staging_level_prefetch: int = 1000
+    staging_level_prefetch: int = field(default=1000, metadata=setting(
+        partial(sp.whole_number, high=65535), metavar="N",
+        help="messages taken ahead from each short level queue (default 1000)"))
     # The staging queues' type on RabbitMQ: quorum queues are replicated on a cluster's nodes
     # and survive the loss of one (of three); classic ones live on one node.
-    staging_queue_type: str = "classic"
+    staging_queue_type: str = field(default="classic", metadata=setting(
+        partial(sp.choice, choices=STAGING_QUEUE_TYPES), metavar="classic|quorum",
+        help="type of the staging queues: quorum replicates them on a RabbitMQ "
+             "cluster (RabbitMQ only; default classic)"))
     # Redelivery policies by destination pattern (and per user): the YAML file's ``redelivery``
     # mapping, or the same as YAML text in JMS_BRIDGE_REDELIVERY. Empty: JMSJCA's default.
-    redelivery: PolicyTable = field(default_factory=PolicyTable)
+    redelivery: PolicyTable = field(default_factory=PolicyTable, metadata=setting(
+        sp.redelivery, flag=False, names_itself=True))
     # Where a failed delivery goes when its policy says "undelivered" (TIBCO's
     # $sys.undelivered, WebSphere's system exception destination).
-    undelivered_queue: str = "jms-bridge.undelivered"
+    undelivered_queue: str = field(default="jms-bridge.undelivered", metadata=setting(
+        sp.queue_name, metavar="NAME",
+        help="where failed deliveries go when their policy says undelivered "
+             "(default jms-bridge.undelivered)"))
     # The messages the broker expires on its own that asked to be kept reach the undelivered
     # queue through the bridge. RabbitMQ: the queues (a regex of names) a policy of the bridge
     # gives its dead-letter exchange; None: no policy (the operator's may name the exchange).
     # ActiveMQ: the dead-letter queue it reads them from; None: none.
-    expiry_policy: str | None = None
-    expiry_dead_letter_queue: str | None = "ActiveMQ.DLQ"
+    expiry_policy: str | None = field(default=None, metadata=setting(
+        sp.expiry_policy, metavar="REGEX|off",
+        help="RabbitMQ: apply a policy (lowest priority, needs "
+             "--upstream-management) that dead-letters the expired messages of "
+             "the queues whose names match REGEX to the bridge, which keeps those "
+             "that asked to be (JMS_TIBCO_PRESERVE_UNDELIVERED) on the undelivered "
+             "queue (default off)"))
+    expiry_dead_letter_queue: str | None = field(default="ActiveMQ.DLQ", metadata=setting(
+        sp.queue_or_off, metavar="NAME|off",
+        help="ActiveMQ: the dead-letter queue the broker moves expired messages "
+             "to, from which the bridge takes those that asked to be kept to the "
+             "undelivered queue (default ActiveMQ.DLQ; DLQ.> for "
+             "per-destination dead-letter queues)"))
     # Message-retry of a release its target refused for a reason that can pass (queue full):
     # the YAML file's ``message-retry`` mapping (count, interval-ms, destination patterns), or
     # COUNT:INTERVAL_MS for the default (a flag, the environment). Default 10 x 1000 ms.
-    message_retry: RetryTable = field(default_factory=RetryTable)
+    message_retry: RetryTable = field(default_factory=RetryTable, metadata=setting(
+        sp.message_retry, metavar="COUNT:INTERVAL_MS",
+        help="retries of a release its target refused for a reason that can pass "
+             "(queue full), and the wait between them (default 10:1000)"))
     # A client that has not sent a whole CONNECT in this time is closed (RabbitMQ's default).
-    handshake_timeout: float = 10.0
+    handshake_timeout: float = field(default=10.0, metadata=setting(
+        sp.handshake_seconds, metavar="SECONDS",
+        help="close a client that has not sent a whole CONNECT by then (default 10)"))
     # Client connections at once, in all and from one address: each costs two descriptors
     # (the client's and its upstream connection's).
-    max_connections: int = 10_000
-    max_connections_per_address: int = 1_000
+    max_connections: int = field(default=10_000, metadata=setting(
+        partial(sp.whole_number, high=1_000_000), metavar="N",
+        help="client connections at once (default 10000)"))
+    max_connections_per_address: int = field(default=1_000, metadata=setting(
+        partial(sp.whole_number, high=1_000_000), metavar="N",
+        help="client connections at once from one address (default 1000)"))
     # One STOMP frame (command, headers and body) from a client: a larger one is refused with
     # an ERROR frame as soon as its content-length says so or the limit is crossed. Below both
     # brokers' own limits (ActiveMQ's 100 MiB body, RabbitMQ's 128 MiB message).
-    max_frame_bytes: int = 64 * 1024 * 1024
+    max_frame_bytes: int = field(default=64 * 1024 * 1024, metadata=setting(
+        partial(sp.byte_size, low=4096, high=512 * UNITS["mib"]), metavar="SIZE",
+        help="largest STOMP frame a client may send (default 64MiB)"))
     # Bytes held for all clients together (frames not yet complete or not yet taken by the
     # broker); past it the bridge stops reading clients until they are passed on.
-    max_buffered_bytes: int = 128 * 1024 * 1024
+    max_buffered_bytes: int = field(default=128 * 1024 * 1024, metadata=setting(
+        partial(sp.byte_size, low=UNITS["mib"], high=64 * UNITS["gib"]), metavar="SIZE",
+        help="bytes held for all clients together before the bridge stops "
+             "reading them (default 128MiB)"))
     # TLS listeners for STOMP and AMQP 0-9-1 clients, with their certificate and key (PEM,
     # reloaded when they change) and, for mutual TLS, the CA client certificates must be signed
     # by.
-    stomp_tls_listen: Endpoint | None = None
-    amqp_tls_listen: Endpoint | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
+    stomp_tls_listen: Endpoint | None = field(default=None, metadata=setting(
+        parse_hostport, metavar="HOST:PORT",
+        help="accept STOMP clients over TLS here (needs --tls-cert, --tls-key)"))
+    amqp_tls_listen: Endpoint | None = field(default=None, metadata=setting(
+        parse_hostport, metavar="HOST:PORT",
+        help="accept AMQP 0-9-1 clients over TLS here, as RabbitMQ's amqps port "
+             "(RabbitMQ only; needs --tls-cert, --tls-key)"))
+    tls_cert: str | None = field(default=None, metadata=setting(
+        sp.pem_file, metavar="FILE", help="the TLS listeners' certificate (PEM)"))
+    tls_key: str | None = field(default=None, metadata=setting(
+        sp.pem_file, metavar="FILE", help="its private key (PEM)"))
+    tls_client_ca: str | None = field(default=None, metadata=setting(
+        sp.pem_file, metavar="FILE",
+        help="ask clients for a certificate signed by this CA (mutual TLS)"))
     # The CA file a TLS upstream (stomp+ssl://, amqps://) is verified against; else the system's.
-    upstream_ca: str | None = None
+    upstream_ca: str | None = field(default=None, metadata=setting(
+        sp.pem_file, metavar="FILE", connection=True,
+        help="CA file to verify a stomp+ssl:// or amqps:// broker against"))
     # Seconds to wait for the broker at start before exiting 1 (the old fail-fast start);
     # None: start at once and connect whenever the broker comes.
-    upstream_wait: float | None = None
+    upstream_wait: float | None = field(default=None, metadata=setting(
+        sp.wait_seconds, metavar="SECONDS",
+        help="exit 1 if the broker does not answer within SECONDS of start "
+             "(default: start anyway and connect when it comes)"))
     # Bearer tokens of the admin API, one a line (read by bridge.app.auth when serving).
-    admin_token_file: str | None = None
+    admin_token_file: str | None = field(default=None, metadata=setting(
+        partial(sp.text, expected="the path of a file holding the admin token", show=False),
+        metavar="FILE",
+        help="bearer token(s) the admin API asks for, one a line (re-read when "
+             "the file changes); without it the /staged endpoints are refused"))
     # The event journal's folder (``bridge.app.journal``); None: no journal.
-    journal: str | None = None
+    journal: str | None = field(default=None, metadata=setting(
+        partial(sp.text, expected="a folder"), metavar="DIR",
+        help="write every message's events as JSON lines to files in DIR (off "
+             "unless given)"))
     # The staged catalogue's SQLite file (``bridge.staging.catalogue``); None: none.
-    staged_catalogue: str | None = None
+    staged_catalogue: str | None = field(default=None, metadata=setting(
+        partial(sp.text, expected="the path of a file", trailing_slash=False), metavar="FILE",
+        help="index the messages this bridge stages in this SQLite file, so that "
+             "`staged list` and `cancel` answer without reading the staging "
+             "queues (off unless given)"))
     # The bridge's own broker user and password, for the upstream URLs that carry none: a
-    # Kubernetes Secret's keys as they are, with nothing to percent-encode into a URL.
-    broker_user: str | None = None
-    broker_password: str | None = field(default=None, repr=False)
+    # Kubernetes Secret's keys as they are, with nothing to percent-encode into a URL. No
+    # flag, so that no password shows in a process list.
+    broker_user: str | None = field(default=None, metadata=setting(sp.credential, flag=False))
+    broker_password: str | None = field(default=None, repr=False,
+                                        metadata=setting(sp.credential, flag=False))
 
 
 def _flag(name: str) -> str:
@@ -120,236 +239,15 @@ def _flag(name: str) -> str:
 
 
 SETTING_NAMES: tuple[str, ...] = tuple(_flag(f.name) for f in fields(Settings))
-
-
-def parse_hostport(value: str, what: str) -> Endpoint:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
-    return Endpoint(host.strip("[]"), int(port))
-
-
-def parse_urls(value: str, what: str, scheme: str, *, vhost: bool = False,
-               tls_scheme: str | None = None) -> Endpoint:
-    """One URL, or a comma-separated list of the nodes of one broker (a RabbitMQ cluster): the
-    first, with the others as its ``alternates``, each taking the first's credentials, vhost
-    and TLS when it names none."""
-    urls = [u.strip() for u in value.split(",")]
-    if len(urls) == 1:
-        return parse_url(value, what, scheme, vhost=vhost, tls_scheme=tls_scheme)
-    if not all(urls):
-        raise ConfigError(f"{what}: an empty address in the list {value!r}")
-    first, *rest = (parse_url(u, what, scheme, vhost=vhost, tls_scheme=tls_scheme)
-                    for u in urls)
-    alternates = tuple(
-        replace(e, user=e.user or first.user, password=e.password or first.password,
-                vhost=first.vhost if e.vhost in (None, "/") else e.vhost)
-        for e in rest)
-    if any(e.tls != first.tls for e in alternates):
-        raise ConfigError(f"{what}: every address of the list must use the same scheme, got "
-                          f"{value!r}")
-    return replace(first, alternates=alternates)
-
-
-def parse_url(value: str, what: str, scheme: str, *, vhost: bool = False,
-              tls_scheme: str | None = None) -> Endpoint:
-    try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{what}: {exc} in {value!r}") from None
-    if (parts.scheme not in (scheme, tls_scheme) or not parts.hostname or port is None):
-        also = f" or {tls_scheme}://..." if tls_scheme else ""
-        raise ConfigError(f"{what}: expected {scheme}://[USER:PASS@]HOST:PORT{also}, "
-                          f"got {value!r}")
-    path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
-    return Endpoint(
-        parts.hostname,
-        port,
-        unquote(parts.username) if parts.username else None,
-        unquote(parts.password) if parts.password else None,
-        (path or "/") if vhost else None,
-        tls=parts.scheme == tls_scheme,
-    )
-
-
-def _choice(value: str, what: str, choices: tuple[str, ...]) -> str:
-    v = value.strip().lower()
-    if v not in choices:
-        raise ConfigError(f"{what}: expected one of {', '.join(choices)}, got {value!r}")
-    return v
-
-
-def _bool(value: Any, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    v = str(value).strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{what}: expected true or false, got {value!r}")
-
-
-def _names(value: Any, what: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items = [v.strip() for v in value.split(",")]
-    elif isinstance(value, list | tuple):
-        items = [str(v).strip() for v in value]
-    else:
-        raise ConfigError(f"{what}: expected a list or a comma-separated string, got {value!r}")
-    return tuple(v for v in items if v)
-
-
-_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2,
-          "g": 1024**3, "gib": 1024**3}
-_SIZE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*")
-
-
-def _byte_size(value: Any, what: str, low: int, high: int) -> int:
-    """A number of bytes, plain or with a binary unit: 65536, 64KiB, 64MiB, 1GiB."""
-    m = _SIZE.fullmatch(str(value).lower())
-    if m is None or m.group(2) not in _UNITS:
-        raise ConfigError(f"{what}: expected a size in bytes (65536, 64KiB, 64MiB), got {value!r}")
-    size = int(m.group(1)) * _UNITS[m.group(2)]
-    if not low <= size <= high:
-        raise ConfigError(f"{what}: expected from {low} to {high} bytes, got {value!r}")
-    return size
+SETTINGS: dict[str, Field[Any]] = {_flag(f.name): f for f in fields(Settings)}
 
 
 def _convert(name: str, value: Any, source: str) -> Any:
-    what = f"{name} (from {source})"
-    if name == "broker":
-        return _choice(str(value), what, BROKERS)
-    if name == "upstream-stomp":
-        return parse_urls(str(value), what, "stomp", tls_scheme="stomp+ssl")
-    if name == "upstream-amqp":
-        return parse_urls(str(value), what, "amqp", vhost=True, tls_scheme="amqps")
-    if name in ("tls-cert", "tls-key", "tls-client-ca", "upstream-ca"):
-        v = str(value).strip()
-        if not v:
-            raise ConfigError(f"{what}: expected the path of a PEM file")
-        return v
-    if name == "upstream-management":
-        return parse_url(str(value), what, "http")
-    if name in ("stomp-listen", "admin-listen", "amqp-listen", "stomp-tls-listen",
-                "amqp-tls-listen"):
-        return parse_hostport(str(value), what)
-    if name == "log-format":
-        return _choice(str(value), what, LOG_FORMATS)
-    if name == "log-level":
-        return _choice(str(value), what, LOG_LEVELS)
-    if name == "staging-engine":
-        return _bool(value, what)
-    if name == "staging-queue-type":
-        return _choice(str(value), what, STAGING_QUEUE_TYPES)
-    if name == "activemq-scheduler":
-        return _choice(str(value), what, ACTIVEMQ_SCHEDULER)
-    if name in ("delay-headers", "delivery-time-headers", "delay-disabled"):
-        return _names(value, what)
-    if name == "first-delivery-count":
-        patterns = _names(value, what)
-        for pattern in patterns:
-            try:
-                check_pattern(pattern)
-            except ConfigError as exc:
-                raise ConfigError(f"{what}: {exc}") from None
-        return patterns
-    if name == "staging-level-prefetch":
-        text = str(value).strip()
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
-            raise ConfigError(f"{what}: expected a whole number from 1 to 65535, got {value!r}")
-        return int(text)
-    if name == "handshake-timeout":
-        try:
-            seconds = float(str(value).strip())
-        except ValueError:
-            seconds = -1.0
-        if not 0.1 <= seconds <= 3600:
-            raise ConfigError(f"{what}: expected seconds from 0.1 to 3600, got {value!r}")
-        return seconds
-    if name == "max-frame-bytes":
-        return _byte_size(value, what, 4096, 512 * _UNITS["mib"])
-    if name == "max-buffered-bytes":
-        return _byte_size(value, what, _UNITS["mib"], 64 * _UNITS["gib"])
-    if name == "upstream-wait":
-        text = str(value).strip().lower()
-        if text in ("", "off", "none"):
-            return None
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = -1.0
-        if not 0 <= seconds <= 3600:
-            raise ConfigError(f"{what}: expected seconds from 0 to 3600 (or off), got {value!r}")
-        return seconds
-    if name in ("max-connections", "max-connections-per-address"):
-        text = str(value).strip()
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1_000_000:
-            raise ConfigError(f"{what}: expected a whole number from 1 to 1000000, got {value!r}")
-        return int(text)
-    if name == "undelivered-queue":
-        v = str(value).strip()
-        if not v or "/" in v:
-            raise ConfigError(f"{what}: expected a queue name without '/', got {value!r}")
-        return v
-    if name == "expiry-policy":
-        v = str(value).strip()
-        if v.lower() in ("", "off", "none"):
-            return None
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ConfigError(f"{what}: not a regular expression ({exc}): {value!r}") from None
-        return v
-    if name == "expiry-dead-letter-queue":
-        v = str(value).strip()
-        if v.lower() in ("", "off", "none"):
-            return None
-        if "/" in v:
-            raise ConfigError(f"{what}: expected a queue name without '/' (or off), "
-                              f"got {value!r}")
-        return v
-    if name == "staging-prefix":
-        v = str(value).strip()
-        if not v or "/" in v:
-            raise ConfigError(f"{what}: expected a queue name prefix without '/', got {value!r}")
-        return v
-    if name == "admin-token-file":
-        v = str(value).strip()
-        if not v:
-            raise ConfigError(f"{what}: expected the path of a file holding the admin token")
-        return v
-    if name == "journal":
-        v = str(value).strip()
-        if not v:
-            raise ConfigError(f"{what}: expected a folder, got {value!r}")
-        return v
-    if name == "staged-catalogue":
-        v = str(value).strip()
-        if not v or v.endswith("/"):
-            raise ConfigError(f"{what}: expected the path of a file, got {value!r}")
-        return v
-    if name in ("broker-user", "broker-password"):
-        v = str(value)
-        if not v.strip():
-            raise ConfigError(f"{what}: expected a user name or password, got a blank one")
-        return v
-    if name == "message-retry":
-        if isinstance(value, str) and not value.strip()[:1].isdigit():  # YAML text
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{what}: not YAML: {exc}") from None
-        return compile_retry(value, source=what)
-    if name == "redelivery":
-        if isinstance(value, str):  # from the environment: YAML text
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{what}: not YAML: {exc}") from None
-        return compile_table(value, source=source)
-    raise ConfigError(f"unknown setting {name!r} (from {source})")
+    f = SETTINGS.get(name)
+    if f is None:
+        raise ConfigError(f"unknown setting {name!r} (from {source})")
+    what = source if f.metadata["names_itself"] else f"{name} (from {source})"
+    return f.metadata["parse"](value, what)
 
 
 def read_config_file(path: str) -> dict[str, Any]:
