@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from adapters.base import StagingBroker
     from bridge.app.progress import Progress
     from bridge.staging.levels import Layout
-    from bridge.staging.tools import OrderOutcome as Outcome
-    from bridge.staging.tools import Row
+    from bridge.staging.tools import OrderOutcome, Row
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -267,7 +266,7 @@ def _staged_selected(ns: argparse.Namespace, settings: Settings, broker: Staging
 
 
 def _act(ns: argparse.Namespace, broker: StagingBroker, layout: Layout,
-         message_id: str) -> Outcome | None:
+         message_id: str) -> OrderOutcome | None:
     from bridge.staging import tools
 
     if ns.action == "cancel":
@@ -277,7 +276,7 @@ def _act(ns: argparse.Namespace, broker: StagingBroker, layout: Layout,
     return tools.reschedule(broker, layout, message_id, ns.due_ms)
 
 
-def _journal_outcome(ns: argparse.Namespace, settings: Settings, outcome: Outcome) -> None:
+def _journal_outcome(ns: argparse.Namespace, settings: Settings, outcome: OrderOutcome) -> None:
     """The event of what the tool did itself: a running engine took its note and journals it;
     else this tool journals it where --journal says, or says that nobody did."""
     if outcome.staged is None or outcome.noted:
