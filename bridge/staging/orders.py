@@ -191,7 +191,8 @@ class Order:
         moved: bool = False,
     ) -> list[dict[str, object]]:
         """``held_rows`` of staged copies given as (queue, headers, body size), each message
-        once (``seen``: message ids already given, added to). ``moved``: copies let go of
+        once (``seen``: the (target, message id) keys already given, added to: a staged cancel
+        shares its message's id, not its target). ``moved``: copies let go of
         onto ``queue`` (their rows say so: a count has counted them there, or not)."""
         rows: list[dict[str, object]] = []
         seen = set() if seen is None else seen
@@ -203,13 +204,14 @@ class Order:
                 self.target and target != self.target
             ):
                 continue
-            if message_id in seen or (picks is not None and not picks(headers)):
+            key = f"{target}\n{message_id}"
+            if key in seen or (picks is not None and not picks(headers)):
                 continue
             try:
                 due_ms = int(headers.get(DUE, ""))
             except ValueError:
                 continue
-            seen.add(message_id)
+            seen.add(key)
             rows.append({"message_id": message_id, "target": target, "due_ms": due_ms,
                          "size": size, "queue": queue, **({"moved": 1} if moved else {})})
             if SERIES_JOB in headers:

@@ -100,13 +100,18 @@ def test_list_and_cancel_answer_from_the_catalogue(
     # On the queues: the staged cancel (never listed), the others, and the message itself
     # unless the engine met it since (it heads its level: the engine then drops it at once, by
     # the order it was told).
+    counted = tools.count(adapter, layout)
     after = set(ids(adapter, layout, target=dest, scan=True))
     assert after - {thirty_days} == {two_hours, foreign}, after
-    assert tools.count(adapter, layout) == len(after) + 2  # the other target's, the cancel
+    # The other target's and the cancel too. A count adds the queues' depths to what the
+    # engine holds and let go of while it counted (a level head it looked at and put back):
+    # it may count one twice, never miss one; the listing above is the exact answer.
+    assert counted >= len(after) + 2, counted
     # Three rows added by the bridge's process; the engine's took one out on the order, kept
     # the order, and took the row out again if it dropped the message.
-    written = 5 if thirty_days in after else 6
-    assert bridge.settled_metric("jms_bridge_catalogue_written_total", written) == written
+    # (the engine may meet the cancelled message, and drop it, any moment after the browse)
+    written = bridge.settled_metric("jms_bridge_catalogue_written_total", 6)
+    assert written == 6 or (thirty_days in after and written == 5), written
     assert bridge.metric("jms_bridge_catalogue_dropped_total") == 0
     print(f"{broker.name}: cancel from the catalogue took {took:.2f} s (a new process)")
     # The admin API: the same, counted once (by the engine, when it drops the message).
