@@ -132,6 +132,10 @@ class OperatorOrders:
             catalogue.forget([order.message_id])
             catalogue.remember(order.message_id, order.action.value, now_ms + self._orders.keep_ms)
         found = self._unhold(order.message_id)
+        # What it let go of earlier is not where a listing may find it now: the order moves it.
+        if any(headers.get(MESSAGE_ID) == order.message_id for _, _, headers, _ in self._moved):
+            self._moved = collections.deque(
+                m for m in self._moved if m[2].get(MESSAGE_ID) != order.message_id)
         self.log.info("operator order", order=order.action.value, message_id=order.message_id,
                       held=len(found))
         for held, staged in found:
@@ -196,9 +200,7 @@ class OperatorOrders:
         included: settled after this answer, they could land on a queue the listing has
         read), and what it let go of onto a staging queue within the order's ``moved_ms``."""
         seen: set[str] = set()
-        rows = order.copy_rows(
-            ((h.queue, h.message.headers, len(h.message.body)) for h in self._held()), picked,
-            seen=seen)
+        rows = order.held_rows(self._held(), picked, seen=seen)  # (with bodies, when asked)
         rows += order.copy_rows(
             ((w.move.held.queue, w.move.held.message.headers, len(w.move.held.message.body))
              for w in self._pending if w.staged is not None), picked, seen=seen)

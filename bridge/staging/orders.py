@@ -168,14 +168,15 @@ class Order:
         return self.answer_rows(self.held_rows(held, picks), catalogued)
 
     def held_rows(
-        self, held: Iterable[Held], picks: Callable[[Mapping[str, str]], bool] | None = None
+        self, held: Iterable[Held], picks: Callable[[Mapping[str, str]], bool] | None = None,
+        *, seen: set[str] | None = None,
     ) -> list[dict[str, object]]:
         """The rows of the held staged messages this LIST order asks for (``picks``: its
         compiled selector, over a staged copy's headers); with ``bodies``, each row with its
         staged copy's headers and body (base64)."""
         held = list(held)
         rows = self.copy_rows(((h.queue, h.message.headers, len(h.message.body)) for h in held),
-                              picks)
+                              picks, seen=seen)
         if self.bodies:
             copies = {h.message.headers.get(MESSAGE_ID): h.message for h in held}
             for row in rows:
