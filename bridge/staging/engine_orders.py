@@ -132,10 +132,7 @@ class OperatorOrders:
             catalogue.forget([order.message_id])
             catalogue.remember(order.message_id, order.action.value, now_ms + self._orders.keep_ms)
         found = self._unhold(order.message_id)
-        # What it let go of earlier is not where a listing may find it now: the order moves it.
-        if any(headers.get(MESSAGE_ID) == order.message_id for _, _, headers, _ in self._moved):
-            self._moved = collections.deque(
-                m for m in self._moved if m[2].get(MESSAGE_ID) != order.message_id)
+        self._forget_moved(order.message_id)
         self.log.info("operator order", order=order.action.value, message_id=order.message_id,
                       held=len(found))
         for held, staged in found:
@@ -182,7 +179,15 @@ class OperatorOrders:
         except (KeyError, ValueError, TypeError) as error:
             self.log.warning("ignored a bad note from a tool", error=str(error))
             return Work(WorkKind.NOTED, Move(held))
+        self._forget_moved(headers[MESSAGE_ID])
         return Work(WorkKind.NOTED, Move(held), noted=outcome)
+
+    def _forget_moved(self, message_id: str) -> None:
+        """What this engine let go of ``message_id`` earlier is not where a listing may find it
+        now: an operator's order (or a tool) moved it since."""
+        if any(headers.get(MESSAGE_ID) == message_id for _, _, headers, _ in self._moved):
+            self._moved = collections.deque(
+                m for m in self._moved if m[2].get(MESSAGE_ID) != message_id)
 
     def _restore_orders(self, now_ms: int) -> None:
         """The orders the catalogue kept, remembered again (after a restart: a staged cancel
