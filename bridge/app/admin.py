@@ -37,7 +37,7 @@ from bridge.staging.staging_stats import StagingStats
 from policies.endpoints import Endpoint
 from policies.errors import BridgeError, ConfigError, Refused
 from policies.redelivery import PolicyTable
-from policies.selector import ACTIVEMQ, RABBITMQ, InvalidSelector, parse
+from policies.selector import InvalidSelector, for_broker, parse
 from policies.when import due_at, due_in
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -140,7 +140,7 @@ class Admin:
             ]
         )
         dlq_admin.install(self.app, queue_tools,
-                          RABBITMQ if broker == "rabbitmq" else ACTIVEMQ,
+                          for_broker(broker),
                           prefix=self.layout.prefix, stats=metrics.deadletters)
         webconsole.install(self.app)
         self._runner: web.AppRunner | None = None

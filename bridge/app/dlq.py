@@ -23,7 +23,7 @@ from policies.dlqrules import Rules, parse_rules
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, ConfigError, PutRefused
 from policies.naming import queue_name
-from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap
+from policies.selector import HeaderMap, for_broker
 
 EXIT_FAILURE = 1
 EXIT_NOT_FOUND = 3
@@ -109,7 +109,7 @@ def queue_tools(settings: Settings) -> QueueTools:
 
 
 def header_map(settings: Settings) -> HeaderMap:
-    return RABBITMQ if settings.broker == "rabbitmq" else ACTIVEMQ
+    return for_broker(settings.broker)
 
 
 def _destination(text: str) -> str:

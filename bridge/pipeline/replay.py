@@ -108,13 +108,13 @@ _JSON_SCHEMA = ("schema INT, queue STRING, broker STRING, broker_id STRING, posi
 def selected(df: DataFrame, selector: str | None, broker: str) -> DataFrame:
     """One row a message (with its ``key``), those the selector selects."""
     from bridge.deadletter.metadata import selector_headers
-    from policies.selector import ACTIVEMQ, RABBITMQ
+    from policies.selector import for_broker
 
     key = F.when(F.coalesce(F.col("original_id"), F.lit("")) != "", F.col("original_id")) \
         .otherwise(F.concat_ws("#", "queue", "broker_id", F.col("position").cast("string")))
     df = df.withColumn("key", key).dropDuplicates(["key"])
     if selector:
-        header_map = selector_headers(RABBITMQ if broker == "rabbitmq" else ACTIVEMQ)
+        header_map = selector_headers(for_broker(broker))
         df = df.filter(matches(selector, "headers", header_map))
     return df
 

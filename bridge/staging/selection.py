@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 
 from bridge.staging.envelope import own_headers
-from policies.selector import ACTIVEMQ, RABBITMQ, HeaderMap, Selector, compile_selector
+from policies.selector import HeaderMap, Selector, compile_selector, for_broker
 from policies.selector.nodes import (
     And,
     Between,
@@ -34,15 +34,9 @@ from policies.selector.nodes import (
 )  # fmt: skip
 
 
-def header_map(broker: str) -> HeaderMap:
-    """How the staging queues' headers answer identifiers on ``broker`` ("rabbitmq" or
-    "activemq")."""
-    return RABBITMQ if broker == "rabbitmq" else ACTIVEMQ
-
-
 def compile_for(text: str, broker: str) -> Selector:
     """The compiled selector (InvalidSelector naming the column when it does not parse)."""
-    return compile_selector(text, header_map(broker))
+    return compile_selector(text, for_broker(broker))
 
 
 def picks(selector: Selector, headers: Mapping[str, str]) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import functools
 import json
 import time
 import uuid
@@ -210,13 +211,7 @@ def catalogued_rows(
     """What the running engines answer from their staged catalogues, with what they hold;
     None unless an engine runs and every one answered from a catalogue within ``wait_s``."""
     engines: list[int] = []
-
-    def running() -> int:
-        try:
-            engines.append(broker.consumers(layout.ready))
-        except (BrokerUnavailable, Refused):
-            engines.append(0)
-        return engines[-1]
+    running = functools.partial(_running, broker, layout, engines)
 
     # RabbitMQ counts the engines at once (a passive declare); ActiveMQ's statistics plugin may
     # not answer a user it is not for (a 10 s wait, then the connection dropped), so there it
@@ -242,6 +237,16 @@ def catalogued_rows(
     return sorted(found.values(), key=lambda r: r.due_ms)
 
 
+def _running(broker: StagingBroker, layout: Layout, engines: list[int]) -> int:
+    """How many staging engines run (the consumers of the ready queue), also noted in
+    ``engines``; 0 when the broker will not say."""
+    try:
+        engines.append(broker.consumers(layout.ready))
+    except (BrokerUnavailable, Refused):
+        engines.append(0)
+    return engines[-1]
+
+
 def _internal(row: Row, layout: Layout) -> bool:
     """A staged cancel (its target is the control topic), not an application's message."""
     return row.target == destination(layout.control)
@@ -258,13 +263,7 @@ def held_rows(
     says in ``warnings`` how many did not answer. ``visible``: leave out what they hold on
     the queues the broker shows (a count has counted it), keep what they moved."""
     engines: list[int] = []
-
-    def running() -> int:
-        try:
-            engines.append(broker.consumers(layout.ready))
-        except (BrokerUnavailable, Refused):
-            engines.append(0)
-        return engines[-1]
+    running = functools.partial(_running, broker, layout, engines)
 
     # RabbitMQ counts the engines at once; ActiveMQ's statistics plugin may not answer a user
     # it is not for (a 10 s wait), so there it is asked once an engine has answered.

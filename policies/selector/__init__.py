@@ -21,6 +21,7 @@ from policies.selector.header_map import (
     Field,
     FieldKind,
     HeaderMap,
+    for_broker,
     tibco_destination,
 )  # fmt: skip
 from policies.selector.lexer import KEYWORDS, is_identifier
@@ -31,5 +32,6 @@ from policies.selector.parser import MAX_HEIGHT, MAX_NESTING, parse
 __all__ = [
     "ACTIVEMQ", "KEYWORDS", "MAX_HEIGHT", "MAX_NESTING", "RABBITMQ", "RESERVED_WORDS", "Field",
     "FieldKind", "HeaderMap", "InvalidSelector", "Node", "Selector", "Type", "compile_selector",
+    "for_broker",
     "equals", "is_identifier", "like_matcher", "parse", "quoted", "tibco_destination",
 ]  # fmt: skip

@@ -156,3 +156,9 @@ RABBITMQ = HeaderMap(
         "reply-to", "expiration", "amqp-message-id", "timestamp", "type", "user-id", "app-id",
     },
 )  # fmt: skip
+
+
+def for_broker(broker: str) -> HeaderMap:
+    """How a broker's STOMP headers answer a selector's identifiers ("rabbitmq" or
+    "activemq")."""
+    return RABBITMQ if broker == "rabbitmq" else ACTIVEMQ

@@ -85,7 +85,10 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A standalone master and worker (1 core, 512 MB) on loopback; its URL."""
     if not Path(WORKER_PYTHON).exists():
-        pytest.skip(f"{WORKER_PYTHON} is not installed")
+        message = f"{WORKER_PYTHON} (the workers' Python) is not installed"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
     folder = tmp_path_factory.mktemp("spark-cluster")
     spark_class = str(_spark_home() / "bin" / "spark-class")
     port, webui, worker_ui = free_port(), free_port(), free_port()

@@ -494,7 +494,7 @@ class Session:
 
     def _delivered(self, frame: Frame) -> bytes:
         """Offer a MESSAGE to the chain; a delivery can be relayed or rewritten only."""
-        if _COPY_RECEIPT_LINE in frame.raw[:frame.body_at]:
+        if frame.raw.find(_COPY_RECEIPT_LINE, 0, frame.body_at) >= 0:  # (no copy of the head)
             frame = Frame("MESSAGE", [
                 (n, v) for n, v in frame.headers
                 if not (n == "receipt" and v.startswith(COPY_RECEIPT))
