@@ -3,23 +3,21 @@ the copies of a message the engine holds, and answered on the reply topic they n
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import functools
-import heapq
 import json
 import os
 import socket
 import sqlite3
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, Message, Move, StagingBroker
 from bridge.staging.catalogue import Catalogue
-from bridge.staging.engine_work import Work, WorkKind
+from bridge.staging.engine_holding import Holding
+from bridge.staging.engine_release import Releaser
+from bridge.staging.engine_work import Destinations, Work, WorkKind
 from bridge.staging.envelope import DUE, MESSAGE_ID, RETRY_AT, Staged, hop_headers
 from bridge.staging.levels import Layout
 from bridge.staging.orders import (
@@ -41,42 +39,43 @@ from bridge.staging.outcomes import Kind, MessageOutcome
 from bridge.staging.selection import compile_for, picks
 from policies.errors import InvalidSelector, PutRefused
 
-# How long, and how many, of the messages an engine let go of onto a staging queue it
-# remembers for the listings (``OperatorOrders._let_go``): a listing reading the queues for
-# longer than that is told the engine has forgotten some.
-MOVED_KEEP_MS = 120_000
-MOVED_MAX = 50_000
 _NAME = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class OperatorOrders:
-    """The orders part of ``bridge.staging.engine.Engine``; the state is ``Engine.__init__``'s."""
+    """The orders heard on the control topic: those that stand, carried out on each copy of
+    their message met; the list orders being answered; the answers to send."""
 
-    log: FilteringBoundLogger
-    broker: StagingBroker
-    layout: Layout
-    _ready_dest: str
-    _orders: Orders
-    _answers: list[tuple[str, Message]]
-    _pending: list[Work]
-    _peeked: list[str]
-    _next_look: dict[str, int]
-    _buffers: dict[str, collections.deque[tuple[int, Held]]]
-    _hops: collections.deque[tuple[Held, Staged]]
-    _heap: list[tuple[int, int, Held, Staged]]
-    catalogue: Catalogue | None
-    _listings: list[tuple[str, concurrent.futures.Future[Message]]]
-    # (when, queue, headers, body size) of each staged copy let go of onto a staging queue,
-    # oldest first; and when the newest one forgotten for room was let go of.
-    _moved: collections.deque[tuple[int, str, Mapping[str, str], int]]
-    _moved_forgotten_ms: int
+    def __init__(
+        self,
+        broker: StagingBroker,
+        layout: Layout,
+        *,
+        log: FilteringBoundLogger,
+        catalogue: Catalogue | None,
+        standing: Orders,
+        answers: list[tuple[str, Message]],
+        holding: Holding,
+        destinations: Destinations,
+        releaser: Releaser,
+    ) -> None:
+        """``standing``: the orders (cancel, release now...) by message id, carried out on the
+        held copy at once and on any copy met while they stand; ``answers``: (reply topic,
+        answer) to publish, the settler's included; ``holding``: the engine's held copies,
+        taken out of it when an order names them."""
+        self.broker = broker
+        self.layout = layout
+        self.log = log
+        self.catalogue = catalogue
+        self.standing = standing
+        self._answers = answers
+        self._holding = holding
+        self._dest = destinations
+        self._releaser = releaser
+        # List orders the catalogue's reader thread is answering: (reply topic, answer).
+        self._listings: list[tuple[str, concurrent.futures.Future[Message]]] = []
 
-    if TYPE_CHECKING:  # the engine's: the move that releases a held message now
-        def _released(
-            self, held: Held, staged: Staged, now_ms: int, *, go_on: bool = True
-        ) -> Work: ...
-
-    def _take_order(self, message: Message, now_ms: int) -> None:
+    def take(self, message: Message, now_ms: int) -> None:
         """An order heard on the control topic: remember it, and carry it out on every copy
         of its message this engine holds (settled with the next releases)."""
         try:
@@ -98,7 +97,7 @@ class OperatorOrders:
             picked = None if selector is None else functools.partial(picks, selector)
             rows, reply = self._listed_rows(order, picked, now_ms), order.reply_topic
             forgotten = (order.moved_ms is not None
-                         and self._moved_forgotten_ms >= now_ms - order.moved_ms)
+                         and self._holding.moved_forgotten_ms >= now_ms - order.moved_ms)
             if not (order.catalogue and catalogue is not None):
                 self._answers.append((reply, self._signed(order.answer_rows(rows), forgotten)))
                 return
@@ -120,32 +119,32 @@ class OperatorOrders:
             self._listings.append((reply, catalogue.later(answer)))
             return
         if order.action is OrderAction.RESCHEDULE:
-            if any(self._too_late(order, h) for h in self._held()
+            if any(self._too_late(order, h) for h in self._holding.held()
                    if h.message.headers.get(MESSAGE_ID) == order.message_id):
                 if order.reply_topic:
                     self._answers.append((order.reply_topic, order.answer(EXPIRY_ERROR)))
                 return
-        self._orders.add(order, now_ms)
+        self.standing.add(order, now_ms)
         if catalogue is not None and order.action is not OrderAction.RESCHEDULE:
             # (A reschedule's new row comes with its outcome; it is not kept past a restart:
             # the copy it made says which order made it.)
             catalogue.forget([order.message_id])
-            catalogue.remember(order.message_id, order.action.value, now_ms + self._orders.keep_ms)
-        found = self._unhold(order.message_id)
-        self._forget_moved(order.message_id)
+            catalogue.remember(order.message_id, order.action.value, now_ms + self.standing.keep_ms)
+        found = self._holding.unhold(order.message_id)
+        self._holding.forget_moved(order.message_id)
         self.log.info("operator order", order=order.action.value, message_id=order.message_id,
                       held=len(found))
         for held, staged in found:
-            self._pending.append(self._carry_out(order, held, staged, now_ms))
-        # Look at every peeked level's head now: ActiveMQ pushes a head to the engine's peek
-        # subscription, where no one else can take it, long before the engine looks at it.
-        for queue in self._peeked:
-            self._next_look.pop(queue, None)
+            self._holding.pending.append(self.carry_out(order, held, staged, now_ms))
+        # Look at every peeked level's head now (``next_look`` has only those): ActiveMQ pushes
+        # a head to the engine's peek subscription, where no one else can take it, long before
+        # the engine looks at it.
+        self._holding.next_look.clear()
 
-    def _order_for(self, held: Held, message_id: str, now_ms: int) -> Order | None:
+    def order_for(self, held: Held, message_id: str, now_ms: int) -> Order | None:
         """The standing order to carry out on this copy of ``message_id``: not a reschedule
         on the copy it made, nor one its time to live would end before."""
-        order = self._orders.get(message_id, now_ms)
+        order = self.standing.get(message_id, now_ms)
         if order is None or order.action is not OrderAction.RESCHEDULE:
             return order
         if (order.due_ms is None or held.message.headers.get(RESCHEDULED_BY) == order.order_id
@@ -162,7 +161,7 @@ class OperatorOrders:
             return False
         return expires is not None and order.due_ms is not None and order.due_ms >= expires
 
-    def _noted(self, held: Held, now_ms: int) -> Work:
+    def noted(self, held: Held, now_ms: int) -> Work:
         """A tool's note of what it did itself: acknowledged, its event recorded here."""
         headers = held.message.headers
         try:
@@ -179,24 +178,17 @@ class OperatorOrders:
         except (KeyError, ValueError, TypeError) as error:
             self.log.warning("ignored a bad note from a tool", error=str(error))
             return Work(WorkKind.NOTED, Move(held))
-        self._forget_moved(headers[MESSAGE_ID])
+        self._holding.forget_moved(headers[MESSAGE_ID])
         return Work(WorkKind.NOTED, Move(held), noted=outcome)
 
-    def _forget_moved(self, message_id: str) -> None:
-        """What this engine let go of ``message_id`` earlier is not where a listing may find it
-        now: an operator's order (or a tool) moved it since."""
-        if any(headers.get(MESSAGE_ID) == message_id for _, _, headers, _ in self._moved):
-            self._moved = collections.deque(
-                m for m in self._moved if m[2].get(MESSAGE_ID) != message_id)
-
-    def _restore_orders(self, now_ms: int) -> None:
+    def restore(self, now_ms: int) -> None:
         """The orders the catalogue kept, remembered again (after a restart: a staged cancel
         heard before it must still drop its message)."""
         if self.catalogue is None:
             return
         for message_id, action, until_ms in self.catalogue.remembered(now_ms):
             with contextlib.suppress(ValueError):
-                self._orders.restore(Order(OrderAction(action), message_id, "restored"), until_ms)
+                self.standing.restore(Order(OrderAction(action), message_id, "restored"), until_ms)
 
     def _listed_rows(
         self, order: Order, picked: functools.partial[bool] | None, now_ms: int
@@ -205,14 +197,15 @@ class OperatorOrders:
         included: settled after this answer, they could land on a queue the listing has
         read), and what it let go of onto a staging queue within the order's ``moved_ms``."""
         seen: set[str] = set()
-        rows = order.held_rows(self._held(), picked, seen=seen)  # (with bodies, when asked)
+        rows = order.held_rows(self._holding.held(), picked, seen=seen)  # (with bodies, when asked)
         rows += order.copy_rows(
             ((w.move.held.queue, w.move.held.message.headers, len(w.move.held.message.body))
-             for w in self._pending if w.staged is not None), picked, seen=seen)
+             for w in self._holding.pending if w.staged is not None), picked, seen=seen)
         if order.moved_ms is not None:
             since = now_ms - order.moved_ms
             rows += order.copy_rows(
-                ((queue, headers, size) for at, queue, headers, size in reversed(self._moved)
+                ((queue, headers, size) for at, queue, headers, size
+                 in reversed(self._holding.moved)
                  if at >= since), picked, seen=seen, moved=True)
         return rows
 
@@ -223,52 +216,7 @@ class OperatorOrders:
             answer.headers[MOVED_FORGOTTEN] = "1"
         return answer
 
-    def _let_go(self, queue: str, headers: Mapping[str, str], size: int, now_ms: int) -> None:
-        """Remember a staged copy this engine let go of onto a staging queue (a hop, a retry,
-        a head put back, a copy given back as the connection went), for the listings: one
-        that read that queue before the copy came would not see it otherwise."""
-        moved = self._moved
-        moved.append((now_ms, queue, headers, size))
-        while moved and (len(moved) > MOVED_MAX or moved[0][0] < now_ms - MOVED_KEEP_MS):
-            self._moved_forgotten_ms = moved.popleft()[0]
-
-    def _held(self) -> Iterator[Held]:
-        """Every staged message the engine holds between steps."""
-        for buffer in self._buffers.values():
-            for _, held in buffer:
-                yield held
-        for held, _ in self._hops:
-            yield held
-        for entry in self._heap:
-            yield entry[2]
-
-    def _unhold(self, message_id: str) -> list[tuple[Held, Staged]]:
-        """Take every held copy of ``message_id`` out of the level buffers, the hops to settle
-        and the release heap. (One in ``_pending`` is being settled already.)"""
-        found: list[tuple[Held, Staged]] = []
-
-        def match(held: Held) -> bool:
-            return held.message.headers.get(MESSAGE_ID) == message_id
-
-        for queue, buffer in self._buffers.items():
-            if any(match(held) for _, held in buffer):
-                keep = collections.deque[tuple[int, Held]]()
-                for entry in buffer:
-                    if match(entry[1]):
-                        found.append((entry[1], Staged.of(entry[1].message.headers)))
-                    else:
-                        keep.append(entry)
-                self._buffers[queue] = keep
-        if any(match(held) for held, _ in self._hops):
-            found += [(h, s) for h, s in self._hops if match(h)]
-            self._hops = collections.deque((h, s) for h, s in self._hops if not match(h))
-        if any(match(entry[2]) for entry in self._heap):
-            found += [(e[2], e[3]) for e in self._heap if match(e[2])]
-            self._heap = [e for e in self._heap if not match(e[2])]
-            heapq.heapify(self._heap)
-        return found
-
-    def _carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> Work:
+    def carry_out(self, order: Order, held: Held, staged: Staged, now_ms: int) -> Work:
         """The move that does what ``order`` says with one held copy of its message."""
         if order.action is OrderAction.CANCEL:
             return Work(WorkKind.CANCEL, Move(held), staged, order=order)
@@ -279,17 +227,24 @@ class OperatorOrders:
             headers.pop(RETRY_AT, None)
             headers[RESCHEDULED_BY] = order.order_id
             queue = self.layout.queue_for(due - now_ms)
-            dest = (self._ready_dest if queue == self.layout.ready
-                    else self.broker.format.client_destination(queue))
+            dest = self._dest.of(queue)
             moved = Staged(staged.target, due, staged.sent_ms, now_ms, staged.expires_ms,
                            staged.message_id)
             return Work(WorkKind.RESCHEDULE, Move(held, dest, Message(headers, held.message.body)),
                         moved, queue=queue, order=order, error=f"was due at {staged.due_ms}")
         if staged.expires_ms is not None and staged.expires_ms <= now_ms:
             return Work(WorkKind.EXPIRE, Move(held), staged, order=order)
-        work = self._released(held, staged, now_ms, go_on=False)  # a series ends here
+        work = self._releaser.released(held, staged, now_ms, go_on=False)  # a series ends here
         work.kind, work.order = WorkKind.RELEASE_NOW, order
         return work
+
+    def answer(self) -> None:
+        """Send the answers that are ready: to the orders just carried out, and to the list
+        orders the catalogue's reader thread has finished."""
+        if self._listings:
+            self._listed()
+        if self._answers:
+            self._answer()
 
     def _listed(self) -> None:
         """The answers to list orders the catalogue's reader thread has finished."""
@@ -307,7 +262,8 @@ class OperatorOrders:
     def _answer(self) -> None:
         """Tell the tools that gave the orders just carried out (a lost answer only makes a
         tool look on the queues and say it found nothing)."""
-        answers, self._answers = self._answers, []
+        answers = self._answers[:]
+        self._answers.clear()
         for topic, answer in answers:
             try:
                 self.broker.publish(destination(topic), answer)

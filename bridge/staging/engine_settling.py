@@ -1,4 +1,6 @@
-"""How the staging engine settles its work, and what becomes of a move the broker refuses.
+"""The staging engine's settler: it settles the engine's work with the broker, hands the
+outcomes to the sinks and the answers to the operators' tools, and decides what becomes of a
+move the broker refuses.
 
 A message whose target the broker refuses (no such queue, not authorized, full, too big: the
 adapter's PutRefused) does not stall the rest of its batch, and is not taken for a broker
@@ -11,11 +13,11 @@ leaves it on the staging queues, tried again later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from adapters.base import Held, Message, Move, StagingBroker
-from bridge.staging.engine_work import Work, WorkKind
+from bridge.staging.engine_holding import Holding
+from bridge.staging.engine_work import Destinations, Work, WorkKind
 from bridge.staging.envelope import (
     EXPIRED_ON,
     FRAME_ONLY,
@@ -30,7 +32,8 @@ from bridge.staging.envelope import (
 from bridge.staging.failures import FailurePath, attempts_of, retry_wait_ms
 from bridge.staging.levels import Layout
 from bridge.staging.orders import Orders
-from bridge.staging.outcomes import Kind, MessageOutcome, Sink
+from bridge.staging.outcomes import Kind, MessageOutcome
+from bridge.staging.series import SeriesMemory
 from bridge.staging.staging_stats import StagingStats
 from policies.backoff import backoff_ms
 from policies.errors import BrokerUnavailable, PutRefused
@@ -39,7 +42,6 @@ from policies.reasons import MQFB_EXPIRATION, MQRC_PROPERTY_VALUE_BAD, Reason
 
 INVALID_REASON = PREFIX + "invalid-reason"  # why a message was moved to the invalid queue
 INVALID_QUEUE = PREFIX + "invalid-queue"  # the staging queue it was found on
-# Why a message could not be put to its target when due (on the undeliverable queue).
 
 # A message kept because its dead-letter destination refused it is tried again after its
 # message-retry interval, doubling each time up to this: many such messages do not keep the
@@ -69,35 +71,47 @@ _TO_DEAD_LETTER = frozenset({WorkKind.UNDELIVERABLE, WorkKind.UNDELIVERED, WorkK
 _RELEASES = frozenset({WorkKind.RELEASE, WorkKind.RELEASE_NOW})
 
 
-class Settling:
-    """The settling part of ``bridge.staging.engine.Engine``; the state is ``Engine.__init__``'s."""
+class Settler:
+    """Settles the engine's work with the broker, and tells the sinks and the tools what the
+    broker did; a move it refuses is retried, kept or taken down the failure path."""
 
-    broker: StagingBroker
-    layout: Layout
-    clock: Callable[[], int]
-    stats: StagingStats
-    sinks: tuple[Sink, ...]
-    failures: FailurePath
-    invalid_queue: str
-    undeliverable_queue: str
-    _blocked: set[str]
-    _ready_dest: str
-    _invalid_dest: str
-    _dwell: dict[str, int]
-    _next_look: dict[str, int]
-    _orders: Orders
-    _answers: list[tuple[str, Message]]
-    _failures: int
-    _settled_since_connect: bool
-    _series_batch: set[tuple[str, str]]
+    def __init__(
+        self,
+        broker: StagingBroker,
+        layout: Layout,
+        *,
+        clock: Callable[[], int],
+        stats: StagingStats,
+        emit: Callable[[Sequence[MessageOutcome]], None],
+        failures: FailurePath,
+        destinations: Destinations,
+        holding: Holding,
+        standing: Orders,
+        answers: list[tuple[str, Message]],
+        series: SeriesMemory,
+        settled: Callable[[], None],
+    ) -> None:
+        """``emit`` hands outcomes to the sinks; ``standing``: the operators' orders, one of
+        which is done with once its release is refused; ``answers``: (reply topic, answer) for
+        the tools whose orders were carried out; ``series``: the copies of series released,
+        those a SERIES move continues remembered once settled; ``settled`` is called after
+        each settle the broker confirmed."""
+        self.broker = broker
+        self.layout = layout
+        self.clock = clock
+        self.stats = stats
+        self.emit = emit
+        self.failures = failures
+        self._dest = destinations
+        self._holding = holding
+        self._standing = standing
+        self._answers = answers
+        self._series = series
+        self._settled = settled
+        self._dwell = {queue: dwell for dwell, queue in layout.levels}
+        self._blocked: set[str] = set()  # message ids kept: their dead-letter home refused
 
-    def _remember(self, key: tuple[str, str], continued: bool) -> None: ...
-
-    if TYPE_CHECKING:  # the orders part's: a copy let go of onto a staging queue
-        def _let_go(self, queue: str, headers: Mapping[str, str], size: int,
-                    now_ms: int) -> None: ...
-
-    def _invalid(self, held: Held, error: Exception, *, plain: bool = False) -> Work:
+    def invalid(self, held: Held, error: Exception, *, plain: bool = False) -> Work:
         """An unreadable staged message is kept for a person to look at, not dropped (with
         ``plain``, its property headers as plain ones: the broker refused one of them)."""
         headers = {n: v for n, v in held.message.headers.items() if n not in FRAME_ONLY}
@@ -105,7 +119,7 @@ class Settling:
             headers = as_plain_headers(headers)
         headers[INVALID_REASON] = f"{type(error).__name__}: {error}"
         headers[INVALID_QUEUE] = held.queue
-        move = Move(held, self._invalid_dest, Message(headers, held.message.body))
+        move = Move(held, self._dest.invalid, Message(headers, held.message.body))
         return Work(WorkKind.INVALID, move, queue=held.queue, error=headers[INVALID_REASON])
 
     def _restage(
@@ -120,14 +134,13 @@ class Settling:
         out.update(headers)
         out[RETRY_AT] = str(due_ms)
         queue = self.layout.queue_for(due_ms - now_ms)
-        dest = (self._ready_dest if queue == self.layout.ready
-                else self.broker.format.client_destination(queue))
+        dest = self._dest.of(queue)
         retried = Staged(staged.target, due_ms, staged.sent_ms, now_ms, staged.expires_ms,
                          staged.message_id, staged.mandatory)
         return Work(kind, Move(held, dest, Message(out, held.message.body)), retried,
                     queue=queue, error=text, reason=reason, order=w.order, count=count)
 
-    def _refused(self, w: Work, refused: PutRefused, now_ms: int) -> Work:
+    def refused(self, w: Work, refused: PutRefused, now_ms: int) -> Work:
         """A release the broker refused: tried again later if the refusal can pass and
         message-retry allows, else the failure path."""
         staged = w.staged
@@ -137,7 +150,7 @@ class Settling:
         retry = self.failures.retry_for(staged.target)
         wait_ms = retry_wait_ms(retry, refused, attempts)
         if w.order is not None:  # a release-now order is done with: message-retry from here
-            self._orders.done(staged.message_id)
+            self._standing.done(staged.message_id)
         if wait_ms is not None:
             return self._restage(w, WorkKind.RETRY, now_ms + wait_ms, now_ms,
                                  {RETRIES: str(attempts)}, refused.reason, refused.text,
@@ -191,7 +204,7 @@ class Settling:
         return self._restage(w, WorkKind.KEEP, now_ms + wait_ms, now_ms, {KEPT: str(kept)},
                              refused.reason, f"{refused.destination}: {refused.text}", kept)
 
-    def _settle(self, work: list[Work], now_ms: int) -> None:
+    def settle(self, work: list[Work], now_ms: int) -> None:
         """Settle ``work``; a release the broker refuses is retried or takes the failure path,
         a dead-letter move it refuses is kept on the staging queues, and the rest of the batch
         is settled after it, without a reconnect. A refused hop, invalid, retry or keep move
@@ -200,7 +213,7 @@ class Settling:
         try:
             self._settle_work(work, now_ms)
         finally:
-            self._series_batch.clear()
+            self._series.batch.clear()
 
     def _settle_work(self, work: list[Work], now_ms: int) -> None:
         if any(w.kind is WorkKind.EXPIRE for w in work):
@@ -216,31 +229,26 @@ class Settling:
                 self._record(done, max(now_ms, self.clock()))
                 rest = [w for i, w in enumerate(work) if i > index and i not in also]
                 if bad.kind in _RELEASES:
-                    work = [self._refused(bad, refused, now_ms), *rest]
+                    work = [self.refused(bad, refused, now_ms), *rest]
                 elif bad.kind in _TO_DEAD_LETTER:
                     work = [self._keep(bad, refused, now_ms), *rest]
                 elif bad.kind is WorkKind.HOP and refused.reason is MQRC_PROPERTY_VALUE_BAD:
                     # The message itself cannot be put (it would fail at every reconnect and
                     # stall the engine): kept on the invalid queue for an operator.
-                    work = [self._invalid(bad.move.held, refused, plain=True), *rest]
+                    work = [self.invalid(bad.move.held, refused, plain=True), *rest]
                 else:
                     raise BrokerUnavailable(
                         f"a staging queue refused a {bad.kind.value} move: {refused}"
                     ) from refused
         if not work:
             return
-        self._failures = 0
-        self._settled_since_connect = True
+        self._settled()
         # Lateness counts until the broker confirmed the release, not from when it began.
         self._record(work, max(now_ms, self.clock()))
 
-    def _emit(self, outcomes: Sequence[MessageOutcome]) -> None:
-        for sink in self.sinks:
-            sink(outcomes)
-
     def _record(self, work: list[Work], now_ms: int) -> None:
         """Hand what the broker has now done to the sinks, as outcomes."""
-        looks = self._next_look
+        looks = self._holding.next_look
         outcomes: list[MessageOutcome] = []
         hops = 0
         for w in work:
@@ -251,11 +259,11 @@ class Settling:
                     outcomes.append(w.noted)
                 continue
             if kind is WorkKind.SERIES and w.series_key is not None:
-                self._remember(w.series_key, True)
+                self._series.remember(w.series_key, True)
             if kind in _ENTERS_LEVEL:
                 if w.queue and w.move.message is not None:
-                    self._let_go(w.queue, w.move.message.headers, len(w.move.message.body),
-                                 now_ms)
+                    self._holding.let_go(w.queue, w.move.message.headers,
+                                         len(w.move.message.body), now_ms)
                 dwell = self._dwell.get(w.queue or "")
                 if dwell is not None and w.queue in looks:
                     # Its head exits no later than the message just put behind it.
@@ -270,7 +278,7 @@ class Settling:
                 outcomes.append(MessageOutcome(
                     Kind.INVALID, now_ms,
                     message_id=headers.get("message-id") or headers.get("amqp-message-id"),
-                    target=headers.get(PREFIX + "target"), queue=self.invalid_queue,
+                    target=headers.get(PREFIX + "target"), queue=self.layout.invalid,
                     detail=f"{w.error} (on {w.queue})", size=len(w.move.held.message.body),
                 ))
             else:
@@ -280,7 +288,7 @@ class Settling:
                     staged.expires_ms,
                     reason=w.reason or (MQFB_EXPIRATION if kind is WorkKind.EXPIRE else None),
                     detail=w.error or "",
-                    queue=self.undeliverable_queue if kind is WorkKind.UNDELIVERABLE else w.queue,
+                    queue=self.layout.undeliverable if kind is WorkKind.UNDELIVERABLE else w.queue,
                     size=len(w.move.held.message.body), count=w.count,
                     headers=w.move.message.headers
                     if kind is WorkKind.RESCHEDULE and w.move.message is not None else None,
@@ -296,5 +304,4 @@ class Settling:
                 self._answers.append((w.order.reply_topic, answer))
         if hops:
             outcomes.append(MessageOutcome(Kind.HOPPED, now_ms, count=hops))
-        for sink in self.sinks:
-            sink(outcomes)
+        self.emit(outcomes)

@@ -1,13 +1,15 @@
 """The staging engine's unit of work: one move for the adapter's ``settle``, what kind of move
-it is, and what to count, log and answer once the broker has done it."""
+it is, and what to count, log and answer once the broker has done it; and the client
+destinations its moves go to."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
 
-from adapters.base import Move
+from adapters.base import Move, StagedFormat
 from bridge.staging.envelope import Staged
+from bridge.staging.levels import Layout
 from bridge.staging.orders import Order
 from bridge.staging.outcomes import MessageOutcome
 from policies.reasons import Reason
@@ -32,7 +34,7 @@ class WorkKind(Enum):
     DROP = "drop"
     RESCHEDULE = "reschedule"  # an operator's order: back on the staging queues, due anew
     NOTED = "noted"  # a tool's note of what it did itself: acknowledged, its event recorded
-    # A scheduler series' copy released (``Engine._released_copy``): its staged copy replaced by
+    # A scheduler series' copy released (``Releaser.released``): its staged copy replaced by
     # the next one, or acknowledged when the series is over.
     SERIES = "series"
 
@@ -51,3 +53,23 @@ class Work:
     count: int = 1  # RETRY: the retry's number; KEEP: times kept
     noted: MessageOutcome | None = None  # NOTED: the event the tool's note tells of
     series_key: tuple[str, str] | None = None  # SERIES: which copy of which series
+
+
+class Destinations:
+    """The client destinations of the staging queues a move can go to, named at each connect."""
+
+    def __init__(self, layout: Layout, fmt: StagedFormat) -> None:
+        self.layout = layout
+        self.format = fmt
+        self.ready = ""
+        self.invalid = ""
+        self.undeliverable = ""
+
+    def name(self) -> None:
+        self.ready = self.format.client_destination(self.layout.ready)
+        self.invalid = self.format.client_destination(self.layout.invalid)
+        self.undeliverable = self.format.client_destination(self.layout.undeliverable)
+
+    def of(self, queue: str) -> str:
+        """The destination to put a staged copy on ``queue`` with."""
+        return self.ready if queue == self.layout.ready else self.format.client_destination(queue)

@@ -1,14 +1,16 @@
-"""A scheduler series on the staging queues: what its staged copy carries, and the next copy.
+"""A scheduler series on the staging queues: what its staged copy carries, the next copy, and
+which copies an engine released.
 
 Only the next copy of a series is ever staged. It carries the series in headers of its own
 (``jms-bridge-series-*``), so a series is state on the broker like every staged message: the
-engine that releases a copy stages the one after it in the same settle (``Engine._released``),
+engine that releases a copy stages the one after it in the same settle (``Releaser.released``),
 and cancelling the one staged copy ends the series. Cron entries are 5-field Unix cron, read by
 ``croniter`` and evaluated in UTC.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime
 from collections.abc import Mapping
 
@@ -38,6 +40,9 @@ LEFT = SERIES + "left"  # copies left in this run after this one
 FIRED = SERIES + "fired"  # epoch ms of the cron firing this run started at
 NUMBER = SERIES + "number"  # which copy of the series this is, from 0
 COPY_ID = SERIES + "copy-id"  # this copy's own message id, kept if it is released twice
+# Copies remembered as released (``SeriesMemory``): many more than are released within the time a
+# duplicate copy can take to come due after its twin.
+SERIES_MEMORY = 65_536
 
 
 def check_cron(entry: str) -> str | None:
@@ -134,3 +139,18 @@ def summary(headers: Mapping[str, str]) -> str:
     if cron:
         text += f", the run again at each firing of cron {cron!r} until removed"
     return text
+
+
+class SeriesMemory:
+    """Which copies of series an engine released (False) and replaced by their next copy
+    (True), a bounded memory, oldest first out; and those the work being settled continues."""
+
+    def __init__(self) -> None:
+        self.copies: collections.OrderedDict[tuple[str, str], bool] = collections.OrderedDict()
+        self.batch: set[tuple[str, str]] = set()  # continued by the work being built
+
+    def remember(self, key: tuple[str, str], continued: bool) -> None:
+        self.copies[key] = continued
+        self.copies.move_to_end(key)
+        if len(self.copies) > SERIES_MEMORY:
+            self.copies.popitem(last=False)

@@ -217,7 +217,7 @@ def test_an_operators_release_now_delivers_the_next_copy_and_ends_the_series() -
     assert clock.now == T0 + 1000
     engine.step(clock.now)  # the first copy released, the second staged for 6 s
     clock.now += 10
-    engine._take_order(Order.new(OrderAction.RELEASE, job, "").message(), clock.now)
+    engine.orders.take(Order.new(OrderAction.RELEASE, job, "").message(), clock.now)
     drive(engine, clock, T0 + 60_000)
     got = copies(broker)
     assert [t for t, _ in got] == [T0 + 1000, T0 + 1010]

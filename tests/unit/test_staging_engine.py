@@ -197,9 +197,9 @@ def test_streamed_level_head_is_taken_the_lead_early_and_held_to_its_due_time() 
     assert LAYOUT.queue_for(5_000) == LAYOUT.level(12)
 
     engine.step(T0 + 4_096 - 513)
-    assert not engine._heap, "not taken before its exit less the lead"
+    assert not engine.holding.heap, "not taken before its exit less the lead"
     engine.step(T0 + 4_096 - 512)
-    assert [due for due, *_ in engine._heap] == [T0 + 5_000] and stats.hops == 0
+    assert [due for due, *_ in engine.holding.heap] == [T0 + 5_000] and stats.hops == 0
 
     drive(engine, clock, T0 + 6_000)
     assert releases(broker) == {message_id: [T0 + 5_000]}

@@ -250,7 +250,7 @@ def test_a_release_now_order_refused_falls_to_message_retry() -> None:
     broker.refuse(TARGET, MQRC_Q_FULL, "full")
     mid = stage(broker, delay_ms=600_000)
     engine.step(clock.now)
-    engine._take_order(Order.new(OrderAction.RELEASE, mid, "").message(), clock.now)
+    engine.orders.take(Order.new(OrderAction.RELEASE, mid, "").message(), clock.now)
     drive(engine, clock, T0 + 2_500)
     assert stats.retries == 3 and stats.undeliverable == 0  # at 0, 1 and 2 s
     drive(engine, clock, T0 + 10_000)

@@ -94,7 +94,7 @@ def test_release_now_of_a_message_held_for_release_is_early_on_purpose() -> None
     engine, stats, _ = engine_for(broker, clock)
     message_id = stage(broker, delay_ms=800, now=T0)  # the ready queue: held in the heap
     engine.step(T0)
-    assert [due for due, *_ in engine._heap] == [T0 + 800]
+    assert [due for due, *_ in engine.holding.heap] == [T0 + 800]
     order = give(broker, OrderAction.RELEASE, message_id)
     clock.now = T0 + 100
     engine.step(clock.now)
@@ -104,7 +104,7 @@ def test_release_now_of_a_message_held_for_release_is_early_on_purpose() -> None
     assert stats.released == 1 and sum(stats.lateness_counts) == 0, "not a lateness"
     assert answers(broker, order) == ["released"]
     drive(engine, clock, T0 + 2_000)
-    assert len(broker.delivered(TARGET)) == 1 and not engine._heap
+    assert len(broker.delivered(TARGET)) == 1 and not engine.holding.heap
 
 
 def test_an_order_for_a_message_not_held_is_carried_out_when_the_engine_meets_it() -> None:
@@ -156,7 +156,7 @@ def test_a_remembered_order_lapses() -> None:
     engine.step(T0)
     give(broker, OrderAction.CANCEL, "ID:late")
     engine.step(T0)
-    assert engine._orders.get("ID:late", T0 + orders.KEEP_MS - 1)
+    assert engine.orders.standing.get("ID:late", T0 + orders.KEEP_MS - 1)
     clock.now = T0 + orders.KEEP_MS
     staged_id = stage(broker, delay_ms=2_000, now=clock.now)
     copy = broker.queues[LAYOUT.queue_for(2_000)].pop()
@@ -291,7 +291,7 @@ def test_a_list_order_is_answered_with_what_the_engine_holds() -> None:
     assert listed[level]["queue"] == LAYOUT.queue_for(5_000)
     assert [r["message_id"] for r in replies[only.order_id]] == [other]
     assert [r["message_id"] for r in replies[one.order_id]] == [soon]
-    assert not engine._orders, "a list order is not remembered"
+    assert not engine.orders.standing, "a list order is not remembered"
     drive(engine, clock, T0 + 6_000)
     assert set(releases(broker)) == {soon, level}
 
