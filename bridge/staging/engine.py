@@ -1,36 +1,28 @@
 """The staging engine: walks staged messages down the level queues and releases them when due.
 
-It is a small loop around the parts it owns, each in a file of its own:
-
-- ``Holding`` (``engine_holding``): what it holds in memory between steps;
-- ``LevelMover`` (``engine_levels``): takes the level heads that exit and the deliveries;
-- ``Releaser`` (``engine_release``): the move that releases a due copy to its target;
-- ``Settler`` (``engine_settling``): settles moves with the broker and tells what it did;
-- ``OperatorOrders`` (``engine_orders``): the orders heard on the control topic.
+A small loop around the parts it owns, each in a file of its own: ``Holding`` (what it holds
+in memory between steps), ``LevelMover`` (the level heads that exit, and the deliveries),
+``Releaser`` (the move that releases a due copy), ``Settler`` (settles moves with the broker and
+tells what it did) and ``OperatorOrders`` (the orders heard on the control topic).
 
 A delayed publish: the front-end puts a staged copy (``bridge.staging.envelope``) on the level
-queue for its delay (``bridge.staging.levels``). In ``step``, ``LevelMover.absorb`` takes what
-the subscriptions delivered: a streamed (short) level's copy waits in its buffer in
-``Holding``. ``LevelMover.move`` takes each level head that exits (from its buffer, or peeked
-off a long level) and either hops it to the level for the time it has left, or, due within the
-horizon, holds it in ``Holding``'s release heap. ``Settler.settle`` settles the hops in one
-``broker.settle``: each copy put on its next level, confirmed, before its original is
-acknowledged. A copy due in under a horizon may also arrive on the ready queue, and
-``absorb`` puts it in the heap.
+queue for its delay (``bridge.staging.levels``). Each ``step``, ``LevelMover.absorb`` takes what
+the subscriptions delivered (a short level's copies wait in its buffer in ``Holding``), and
+``LevelMover.move`` takes each level head that exits (off its buffer, or peeked off a long
+level): it hops to the queue for the time it has left, in a ``Settler.settle`` that confirms
+the copy before it acknowledges the original, or, due within the horizon, is held in
+``Holding``'s release heap (as is what arrives on the ready queue).
 
-A release: ``LevelMover.due`` pops each held copy that is due off the heap;
-``Releaser.released`` builds its move to the target; ``Settler.settle`` puts it and
-acknowledges the staged copy (a refused put is retried later or takes the failure path), then
-hands the outcome to the sinks (counters, log lines, the journal, the catalogue) and the answers
-to the tools whose orders it carried out. An operator's order heard on the control topic goes
-to ``OperatorOrders.take``, which carries it out on every held copy of its message.
+A release: ``LevelMover.due`` pops each held copy that is due, ``Releaser.released`` makes its
+move to the target, and ``Settler.settle`` puts it and acknowledges the staged copy (a refused
+put is retried later or takes the failure path), then hands the outcomes to the sinks and the
+answers to the tools whose orders it carried out (``OperatorOrders.take`` carried an order out on
+every held copy of its message).
 
-The engine holds in memory at most the ready prefetch plus one batch of level heads, however
-many messages are pending. Crash safety is the adapter's ``settle``: every replacement is
-confirmed before its original is acknowledged, and nothing is acknowledged without its
-replacement in the same call (or, for an expired one, on purpose). Anything held when the
-connection is lost goes back to its queue and is met again after the reconnect: a crash may
-duplicate a hop or a release, never lose a message.
+The engine holds at most the ready prefetch plus one batch of level heads, however many messages
+are pending. Nothing is acknowledged without its replacement confirmed in the same ``settle``
+(or, for an expired one, on purpose), and anything held when the connection is lost goes back
+to its queue: a crash may duplicate a hop or a release, never lose a message.
 
 ``step(now_ms)`` is one iteration without blocking, so tests drive the engine with their own
 clock; ``run(stop)`` is the thread's loop around it, waiting in ``poll`` (which also services the
