@@ -134,7 +134,7 @@ def test_an_amqp_consumer_of_the_queue_meets_the_queue_pattern(bridge: BridgePro
     (BY_QUEUE, "amq.direct"),
     # Published to the queue: the MESSAGE says /queue/..., the policy is keyed /amq/queue/...
     (BY_AMQ, ""),
-])
+], ids=["through-an-exchange", "to-the-queue"])
 def test_a_stomp_amq_queue_subscriber_meets_the_queue_s_pattern(
     bridge: BridgeProcess, stem: str, exchange: str,
 ) -> None:

@@ -98,7 +98,7 @@ def _fail_until_gone(conn: Any, inbox: Any, broker: Broker, sent_ms: int,
         conn.nack(message.headers["ack"])
 
 
-@pytest.mark.parametrize("kind", [NOW, LATER])
+@pytest.mark.parametrize("kind", [NOW, LATER], ids=["now", "later"])
 def test_every_redelivered_copy_counts_its_ttl_from_the_send(
     ttl_bridge: BridgeProcess, broker: Broker, kind: str,
 ) -> None:
@@ -177,7 +177,7 @@ def _amqp(bridge: BridgeProcess) -> pika.BlockingConnection:
         credentials=pika.PlainCredentials("guest", "guest")))
 
 
-@pytest.mark.parametrize("kind", [NOW, LATER])
+@pytest.mark.parametrize("kind", [NOW, LATER], ids=["now", "later"])
 def test_amqp_redelivered_copies_count_their_ttl_from_the_publish(
     ttl_bridge: BridgeProcess, broker: Broker, kind: str,
 ) -> None:
