@@ -120,8 +120,8 @@ class Link:
             who = tls_subject(writer.get_extra_info("peercert"))
             self.log = self.log.bind(tls=True, client_subject=who)
             self.log.info("tls client", client_subject=who)
-        self.side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
-                     if chain is not None else None)
+        self.side = side = (ConsumerSide(chain, self.conn, relay.stats, self.log)
+                            if chain is not None else None)
         self.client_gone = False
         self.channels = 0  # open (Channel.Open-Ok seen, Close-Ok not yet)
         self.budget = ReadBudget(relay.budget, relay.stats)
@@ -140,9 +140,11 @@ class Link:
         # And of the broker's (``_broker_data``, which may run while the client's wait).
         self._down_out: list[bytes] = []
         self._broker_answers: list[bytes] = []
-        # The method for each kind of event, in each direction (bound once, here).
+        # The method for each kind of event, in each direction, bound once here: frames only go
+        # through (as they came) when no consumer side and no exchange declare looks at them.
+        looked_at = side is not None or relay.delayed_exchanges
         self._from_client: dict[type, Callable[[Any], Waits]] = {
-            Frame: self.client_frame,
+            Frame: self.client_frame if looked_at else self.client_forward,
             Message: self.client_message,
             PlainRun: self.client_publishes,
             Answer: self.client_answer,
@@ -150,12 +152,14 @@ class Link:
             ProtocolHeader: self.client_forward,
         }
         self._from_broker: dict[type, Callable[[Any], None]] = {
-            Frame: self.broker_frame,
-            Message: self.broker_message,
-            DeliveryRun: self.broker_deliveries,
+            Frame: self.broker_as_is,
             Answer: self.broker_answer,
             Forward: self.broker_forward,
         }
+        if side is not None:  # (the connection assembles messages and finds runs only then)
+            self._consumers = side
+            self._from_broker.update({Frame: self.broker_frame, Message: self.broker_message,
+                                      DeliveryRun: self.broker_deliveries})
 
     # -- the link's life ------------------------------------------------------------------------
     async def run(self) -> None:
@@ -451,23 +455,22 @@ class Link:
                 up.pause_reading()
                 self._drained = asyncio.ensure_future(self._client_drained())
 
+    def broker_as_is(self, event: Frame) -> None:
+        """To the client as it came (with no consumer side)."""
+        self._down_out.append(event.raw)
+
     def broker_frame(self, frame: Frame) -> None:
-        side = self.side
-        out = frame.raw if side is None else side.broker_frame(frame)
+        out = self._consumers.broker_frame(frame)
         if out is not None:
             self._down_out.append(out)
 
     def broker_message(self, message: Message) -> None:
-        """A delivery (or another message; assembled only for a consumer side)."""
-        side = self.side
-        out = message.raw if side is None else side.broker_message(message)
+        out = self._consumers.broker_message(message)
         if out is not None:
             self._down_out.append(out)
 
     def broker_deliveries(self, run: DeliveryRun) -> None:
-        """Plain deliveries (found only for a consumer side)."""
-        side = self.side
-        self._down_out.append(run.raw if side is None else side.broker_run(run))
+        self._down_out.append(self._consumers.broker_run(run))
 
     def broker_answer(self, answer: Answer) -> None:
         self._broker_answers.append(answer.raw)
