@@ -8,9 +8,10 @@ handshake (protocol header, Start-Ok with PLAIN or AMQPLAIN, Tune-Ok, Open) is r
 unchanged, so the broker authenticates every client and answers it in its own words. Frames
 go both ways as their original bytes. A client publish is offered to the one hook point,
 ``PublishHook``; a malformed client frame closes that client with the Connection.Close the
-core names. The broker's bytes are handled as they arrive (``upstream.Upstream``, a protocol);
-the client's through a stream, since a publish may wait on its hook. A side is not read while
-the other side's socket holds more than its high-water mark (back-pressure).
+core names. Each client's link (``link.Link``) handles the broker's bytes as they arrive
+(``upstream.Upstream``, a protocol), the client's through a stream, since a publish may wait on
+its hook. A side is not read while the other side's socket holds more than its high-water mark
+(back-pressure).
 """
 
 from __future__ import annotations
