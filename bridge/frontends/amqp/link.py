@@ -347,13 +347,14 @@ class Link:
         """A publish, with the hook's answer: as it came, bytes to send up instead, or a
         refusal; waited for when the hook waits (a held publish)."""
         hook = self.relay.hook
-        if hook is None:
-            return self._offered(message, None)
         try:
-            result = hook(message, self.conn)
+            result = None if hook is None else hook(message, self.conn)
         except Refused as exc:
             return self._offered(message, self._refused(message, exc))
-        if result is None or isinstance(result, bytes):
+        if result is None:  # as it came (nothing rewritten: nothing to flush)
+            self._up_out.append(message.raw)
+            return None
+        if isinstance(result, bytes):
             return self._offered(message, result)
         return self._held(message, result)
 
