@@ -222,25 +222,32 @@ class ConsumerSide:
     def broker_event(self, event: Event) -> bytes | None:
         """What goes to the client for one broker event (None: nothing); the bridge's channel
         and the answers to its own frames stay here."""
-        own = self.conn.own_channel
         if type(event) is DeliveryRun:
-            return self._run(event)
+            return self.broker_run(event)
         if type(event) is Message:
-            if event.channel == own:
-                self._own(event)
-                return None
-            index = event.method_frame.method_index
-            if index == DELIVER or index == GET_OK:
-                return self._delivered(event)
-            return event.raw
+            return self.broker_message(event)
         if type(event) is Frame:
-            if event.channel == own and own is not None:
-                self._own(event)
-                return None
-            if event.type == FRAME_METHOD and event.method_index in BROKER_METHODS:
-                if not self.consumers.broker_frame(event):
-                    return None
+            return self.broker_frame(event)
         return event.raw
+
+    def broker_message(self, message: Message) -> bytes | None:
+        if message.channel == self.conn.own_channel:
+            self._own(message)
+            return None
+        index = message.method_frame.method_index
+        if index == DELIVER or index == GET_OK:
+            return self._delivered(message)
+        return message.raw
+
+    def broker_frame(self, frame: Frame) -> bytes | None:
+        own = self.conn.own_channel
+        if frame.channel == own and own is not None:
+            self._own(frame)
+            return None
+        if frame.type == FRAME_METHOD and frame.method_index in BROKER_METHODS:
+            if not self.consumers.broker_frame(frame):
+                return None
+        return frame.raw
 
     def _own(self, event: Frame | Message) -> None:
         copies = self.copies
@@ -263,7 +270,7 @@ class ConsumerSide:
             return stamped(message, decision.headers)
         return message.raw
 
-    def _run(self, run: DeliveryRun) -> bytes:
+    def broker_run(self, run: DeliveryRun) -> bytes:
         """A run of plain deliveries and confirms: each delivery remembered (when it must be
         settled) and stamped with the chain's decision for plain deliveries, the rest of its
         bytes as they came."""
