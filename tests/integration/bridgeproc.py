@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,13 @@ class BridgeProcess:
     proc: subprocess.Popen[bytes] | None = None
     # The admin API's bearer token, in a file beside the log; None: run without one.
     admin_token: str | None = field(default_factory=lambda: secrets.token_urlsafe(16))
+    # Staging queues of its own unless ``extra`` names a prefix: another bridge on the same
+    # broker (another test process's, another worktree's) must not release what it staged.
+    staging_prefix: str = field(default_factory=lambda: f"jbt-staging-{uuid.uuid4().hex[:8]}")
+
+    def __post_init__(self) -> None:
+        if "--staging-prefix" in self.extra:
+            self.staging_prefix = self.extra[self.extra.index("--staging-prefix") + 1]
 
     def command(self) -> list[str]:
         auth: list[str] = []
@@ -60,6 +68,8 @@ class BridgeProcess:
             "--admin-listen", f"127.0.0.1:{self.admin_port}",
             "--log-format", "json", "--log-level", "info",
             *auth,
+            *([] if "--staging-prefix" in self.extra else
+              ["--staging-prefix", self.staging_prefix]),
             *self.extra,
         ]
 

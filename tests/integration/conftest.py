@@ -20,12 +20,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.integration)
-            # Run side by side (pytest-xdist, --dist loadgroup), a module's tests against one
-            # broker stay together in one worker, in order: they share that module's bridge.
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            item.add_marker(pytest.mark.xdist_group(
-                f"{item.module.__name__ if item.module else item.fspath}:"
-                f"{params.get('broker', '')}"))
 
 
 LOG_TAIL = 4000  # characters of each log a failure report carries
@@ -99,7 +93,7 @@ def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProc
                          extra=["--amqp-listen", f"127.0.0.1:{port}",
                                 "--staging-prefix", prefix])
     proc.amqp_port = port  # type: ignore[attr-defined]
-    proc.staging_prefix = prefix  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix
     proc.start()
     # The AMQP listener opens after the STOMP one that start() waits for.
     assert wait_port(port, 20, proc.proc), proc.log()

@@ -142,7 +142,7 @@ def test_refusals_close_the_channel_with_406_and_the_reason(
         reason = "MQRC_EXPIRY_ERROR"
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
         channel.basic_publish("", (routing or amqp_queue).format(
-            staging=amqp_bridge.staging_prefix), b"no", props)  # type: ignore[attr-defined]
+            staging=amqp_bridge.staging_prefix), b"no", props)
     assert closed.value.reply_code == 406
     assert closed.value.reply_text.startswith(reason), closed.value.reply_text
     other = conn.channel()  # the connection carries on

@@ -63,7 +63,7 @@ def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProc
                          extra=["--amqp-listen", f"127.0.0.1:{port}", "--config", str(config),
                                 "--staging-prefix", prefix])
     proc.amqp_port = port  # type: ignore[attr-defined]
-    proc.staging_prefix = prefix  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix
     proc.start()
     # The AMQP listener opens after the STOMP one that start() waits for.
     assert wait_port(port, 20, proc.proc), proc.log()
@@ -335,13 +335,13 @@ def test_consuming_a_staging_queue_is_refused_with_403(amqp_bridge: BridgeProces
     conn = _connect(amqp_bridge)
     channel = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
-        channel.basic_consume(f"{amqp_bridge.staging_prefix}.L3",  # type: ignore[attr-defined]
+        channel.basic_consume(f"{amqp_bridge.staging_prefix}.L3",
                               lambda *a: None)
     assert closed.value.reply_code == 403
     assert closed.value.reply_text.startswith("MQRC_NOT_AUTHORIZED (2035)")
     channel = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
-        channel.basic_get(f"{amqp_bridge.staging_prefix}.L3")  # type: ignore[attr-defined]
+        channel.basic_get(f"{amqp_bridge.staging_prefix}.L3")
     assert closed.value.reply_code == 403
     queue = _queue("now")
     conn.channel().queue_declare(queue, auto_delete=True)  # the connection goes on

@@ -36,7 +36,7 @@ def dx_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProces
                          extra=["--amqp-listen", f"127.0.0.1:{port}",
                                 "--staging-prefix", prefix])
     proc.amqp_port = port  # type: ignore[attr-defined]
-    proc.staging_prefix = prefix  # type: ignore[attr-defined]
+    proc.staging_prefix = prefix
     proc.start()
     assert wait_port(port, 20, proc.proc), proc.log()
     yield proc
@@ -241,7 +241,7 @@ def test_a_release_no_queue_takes_is_undeliverable(
     ch.confirm_delivery()
     ch.basic_publish(exchange, "nobody", b"lost?", pika.BasicProperties(
         headers={"x-delay": 300}, message_id=f"M-dx-{uuid.uuid4().hex[:8]}"))
-    undeliverable = f"{dx_bridge.staging_prefix}.undeliverable"  # type: ignore[attr-defined]
+    undeliverable = f"{dx_bridge.staging_prefix}.undeliverable"
     direct = _direct()  # (the bridge keeps clients off its own queues)
     ch = direct.channel()
     deadline = time.monotonic() + 15
@@ -329,7 +329,7 @@ def _staged(bridge: BridgeProcess, *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [sys.executable, "-m", "bridge.app.cli", "staged", *args, "--broker", "rabbitmq",
          "--upstream-stomp", f"stomp://{bridge.upstream}",
-         "--staging-prefix", bridge.staging_prefix],  # type: ignore[attr-defined]
+         "--staging-prefix", bridge.staging_prefix],
         capture_output=True, text=True, timeout=60)
 
 

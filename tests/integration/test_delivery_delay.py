@@ -22,7 +22,8 @@ def now_ms() -> int:
 def staged_cli(bridge: BridgeProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge.app.cli", "staged", *args, "--broker", bridge.broker,
-         "--upstream-stomp", f"stomp://{bridge.upstream}"],
+         "--upstream-stomp", f"stomp://{bridge.upstream}",
+         "--staging-prefix", bridge.staging_prefix],
         capture_output=True, text=True, timeout=60,
     )
 
@@ -175,12 +176,12 @@ def test_expired_while_staged_is_not_delivered(bridge: BridgeProcess, broker: Br
 def test_clients_cannot_use_staging_queues(bridge: BridgeProcess, broker: Broker,
                                            command: str, what: str) -> None:
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
-    staging = ("/amq/queue/" if broker.name == "rabbitmq" else "/queue/") + \
-        "jms-bridge.staging.L12"
+    prefix = bridge.staging_prefix
+    staging = ("/amq/queue/" if broker.name == "rabbitmq" else "/queue/") + f"{prefix}.L12"
     if what == "control topic":  # a client could cancel or release what others staged
-        staging = "/topic/jms-bridge.staging.control"
+        staging = f"/topic/{prefix}.control"
     elif what == "composite":  # ActiveMQ: a SEND to both queues, a consumer of both
-        staging = "/queue/jbt-other,jms-bridge.staging.L12"
+        staging = f"/queue/jbt-other,{prefix}.L12"
     elif what == "wildcard":  # ActiveMQ: a consumer of every queue, the staging ones too
         staging = "/queue/>"
     if command == "SEND":

@@ -111,7 +111,8 @@ def test_an_amqp_consumer_of_the_queue_meets_the_queue_pattern(bridge: BridgePro
             conn.process_data_events(time_limit=0.05)
         assert got, f"delivery {failure} never came; log:\n{bridge.log()[-3000:]}"
         method, props, body = got.pop(0)
-        assert body == b"amqp poison" and int((props.headers or {}).get("JMSXDeliveryCount", 1)) == failure
+        count = int((props.headers or {}).get("JMSXDeliveryCount", 1))
+        assert body == b"amqp poison" and count == failure
         if failure == 1:
             channel.basic_reject(method.delivery_tag, requeue=True)
         else:

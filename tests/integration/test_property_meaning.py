@@ -21,8 +21,8 @@ from pamqp import frame as pframe
 from bridge.frontends.amqp.builders import publish_frames
 from bridge.staging import envelope
 from policies.redelivery import Redeliver, compile_table, decide
-from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.amqp_raw import handshake, read_frame
+from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import connect
 

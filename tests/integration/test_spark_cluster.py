@@ -22,8 +22,7 @@ import pytest
 
 from tests.integration.bridgeproc import free_port
 from tests.integration.brokers import BROKERS, require
-from tests.integration.test_pipeline_replay import drain, forget_ledger, target_args, \
-    write_archive
+from tests.integration.test_pipeline_replay import drain, forget_ledger, target_args, write_archive
 from tests.unit.test_pipeline_report import write_journal
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -163,7 +163,7 @@ def test_every_pending_message_is_listed(
             time.sleep(0.2)
         # One not listed because it was released while the listing ran has reached its
         # consumer, and did so after that listing began.
-        for message_id, ended in late:
+        for message_id, _ended in late:
             arrived = arrivals.get(message_id)
             if arrived is None:
                 misses.append(f"{message_id} (never arrived)")

@@ -143,7 +143,6 @@ def by_size(rows: list[dict[str, object]]) -> set[int]:
 
 def test_list_count_and_cancel_by_selector(setup: Staged, queue: str) -> None:
     s = setup
-    dest = s.broker.queue_destination(queue)
     send_orders(s, queue)
     # (The AMQP publish's target is /amq/queue/NAME: every row of the private prefix is ours.)
     everything = wait_listed(s, 4)

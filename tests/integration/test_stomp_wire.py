@@ -8,11 +8,11 @@ import time
 import uuid
 from pathlib import Path
 
+from bridge.frontends.stomp import Frame
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 from tests.integration.tcpproxy import TcpProxy
 from tests.integration.wire import RawPeer
-from bridge.frontends.stomp import Frame
 
 
 def test_connected_frame_is_the_brokers_own(bridge: BridgeProcess, broker: Broker) -> None:

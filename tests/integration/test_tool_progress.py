@@ -24,7 +24,9 @@ from tests.integration.test_dlq_tools import (  # noqa: F401 - fixtures
     drain,
     fill,
     flags,
-    tools,
+)
+from tests.integration.test_dlq_tools import (
+    tools as tools,
 )
 
 BAR = re.compile(r"(\d+)/(\d+) \[[0-9:]+<[0-9:?]+, +[0-9.?]+ ?[kM]? ?msg/s\]")

@@ -18,7 +18,8 @@ def test_expiry_settings() -> None:
     assert resolve({"expiry-policy": "^orders\\."}, environ={}).expiry_policy == "^orders\\."
     assert resolve({"broker": "activemq", "expiry-dead-letter-queue": "off"},
                    environ={}).expiry_dead_letter_queue is None
-    with pytest.raises(ConfigError, match=r"expiry-policy \(from --expiry-policy\): not a regular expression"):
+    with pytest.raises(ConfigError,
+                       match=r"expiry-policy \(from --expiry-policy\): not a regular expression"):
         resolve({"expiry-policy": "(orders"}, environ={})
     with pytest.raises(ConfigError, match="expiry-policy: a RabbitMQ policy"):
         resolve({"broker": "activemq", "expiry-policy": ".*"}, environ={})

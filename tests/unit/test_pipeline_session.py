@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from bridge.pipeline.session import EMBEDDED, REQUIRED, in_one_line, is_local, python_error, \
-    settings
+from bridge.pipeline.session import (
+    EMBEDDED,
+    REQUIRED,
+    in_one_line,
+    is_local,
+    python_error,
+    settings,
+)
 
 # An executor's failure as the driver's Py4J error carries it (cut short).
 EXECUTOR_FAILURE = (

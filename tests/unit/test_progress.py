@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from bridge.app.progress import Progress, interruptible, interrupted_line
+from bridge.app.progress import Progress, interrupted_line, interruptible
 
 
 def test_nothing_is_drawn_on_a_stream_that_is_not_a_terminal() -> None:
