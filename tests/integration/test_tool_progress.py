@@ -108,7 +108,8 @@ def test_staged_list_shows_its_reading_on_a_terminal_only(bridge: BridgeProcess,
     assert inbox.wait_receipt("staged")
     conn.disconnect()
     args = ["staged", "list", "--target", dest, "--broker", bridge.broker,
-            "--upstream-stomp", f"stomp://{bridge.upstream}", "--scan"]
+            "--upstream-stomp", f"stomp://{bridge.upstream}", "--staging-prefix",
+            bridge.staging_prefix, "--scan"]
     code, out, err = OnTerminal(args).finish()
     assert code == 0, err
     assert "msg/s" in err and re.search(r"\b\d+(/\d+)? ?(msg)? ?\[", err), err
