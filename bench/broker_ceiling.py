@@ -33,7 +33,11 @@ Clients:
 The broker's CPU time during each phase comes from /proc (this machine has 2 cores; the client
 competes with the broker for them). A phase that takes longer than ``--limit`` seconds (180) is
 stopped and reported as such. New broker log lines about memory, alarms, flow control, warnings
-and errors are printed at the end. Only queues named ``ceiling-*`` are used, and deleted.
+and errors are printed at the end. Only queues named ``ceiling-*`` (``--queue-prefix``) are
+used, and deleted.
+
+Another bench measures the same with ``measure(broker, options(...), kind)``: bench/scale_burst.py
+sets a burst's release time beside the broker's own move of as many messages.
 
 Usage:
     PYTHONPATH=. .venv/bin/python bench/broker_ceiling.py [--count 100000]
@@ -94,6 +98,7 @@ class Phase:
     broker_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
     note: str = ""
+    move: bool = False  # a queue-to-queue move (not a publish)
 
     def row(self) -> str:
         if self.seconds is None:
@@ -110,6 +115,9 @@ class Case:
     title: str
     client: str
     phases: list[Phase] = field(default_factory=list)
+
+    def first_move(self) -> Phase | None:
+        return next((phase for phase in self.phases if phase.move), None)
 
     def show(self) -> None:
         print(f"\n{self.broker}: {self.title}\n  client: {self.client}")
@@ -412,7 +420,7 @@ async def rabbitmq_move(args: argparse.Namespace, mode: str, source: str, target
     confirm = mode == "confirm"
     how = (f"confirms, prefetch {args.prefetch:,}" if confirm
            else f"transactions of {args.batch:,}, prefetch {args.prefetch:,}")
-    phase = Phase(f"move {source[-3:]}->{target[-3:]} ({how})", args.count)
+    phase = Phase(f"move {source[-3:]}->{target[-3:]} ({how})", args.count, move=True)
     conns = [await Amqp(args.host, args.amqp_port).open() for _ in range(2 if confirm else 1)]
     if confirm:
         work = partial(move_confirm, *conns, source, target, args.count, args.prefetch)
@@ -428,9 +436,10 @@ async def rabbitmq_move(args: argparse.Namespace, mode: str, source: str, target
 
 
 async def rabbitmq_case(args: argparse.Namespace, kind: str) -> Case:
-    """Publish into src, move src->dst with confirms, then dst->src in transactions."""
+    """Publish into src, move src->dst with confirms, then dst->src in transactions (or the
+    moves of ``--rabbitmq-moves``, there and back in turn)."""
     arguments = QUEUE_ARGUMENTS[kind]
-    src, dst = f"ceiling-{kind}-src", f"ceiling-{kind}-dst"
+    src, dst = f"{args.queue_prefix}-{kind}-src", f"{args.queue_prefix}-{kind}-dst"
     case = Case("RabbitMQ", f"{kind} durable queues {src}, {dst}",
                 "raw AMQP 0-9-1 frames on asyncio (pamqp-built), this file's Amqp class")
     pid = find_pid("beam.smp", "rabbit")
@@ -443,7 +452,9 @@ async def rabbitmq_case(args: argparse.Namespace, kind: str) -> Case:
     ok = await timed(phase, partial(publish, conn, src, args.count, args.size, args.window),
                      pid, args.limit)
     await conn.close()
-    legs = [("confirm", src, dst), ("tx", dst, src)]
+    there_and_back = [(src, dst), (dst, src)]
+    legs = [(mode, *there_and_back[i % 2])
+            for i, mode in enumerate(args.rabbitmq_moves.split(","))]
     for mode, source, target in legs if ok else []:
         phase, left, arrived = await rabbitmq_move(args, mode, source, target, pid)
         case.phases.append(phase)
@@ -471,12 +482,13 @@ class Java:
     @classmethod
     def build(cls, url: str, limit: float) -> Java:
         if shutil.which("javac") is None:
-            raise SystemExit("javac not found: the ActiveMQ case needs a JDK")
+            raise RuntimeError("javac not found: the ActiveMQ case needs a JDK")
         folder = Path(tempfile.mkdtemp(prefix="broker-ceiling-"))
         shutil.copy(JAVA_SOURCE, folder / "Ceiling.java")
         java = cls(folder, url, limit)
-        subprocess.run(["javac", "-nowarn", "-cp", java.classpath(), "-d", str(folder),
-                        str(folder / "Ceiling.java")], check=True)
+        # javac's own JIT at its first tier only: it compiles one small file (half the time).
+        subprocess.run(["javac", "-J-XX:TieredStopAtLevel=1", "-nowarn", "-cp", java.classpath(),
+                        "-d", str(folder), str(folder / "Ceiling.java")], check=True)
         return java
 
     def classpath(self) -> str:
@@ -484,7 +496,8 @@ class Java:
 
     def run(self, phase: str, src: str, dst: str = "-", count: int = 0, batch: int = 0,
             threads: int = 1, size: int = 0) -> dict[str, Any]:
-        """One phase; its JSON answer, or {"error": ...} (a timeout kills the JVM)."""
+        """One phase, or several joined by "+" in one JVM: their JSON answers in one dict, or
+        {"error": ...} (a timeout kills the JVM)."""
         cmd = ["java", "-cp", self.classpath(), "Ceiling", self.url, phase, src, dst,
                str(count), str(batch), str(threads), str(size)]
         try:
@@ -495,7 +508,10 @@ class Java:
         if done.returncode or not lines:
             errors = [line for line in done.stderr.splitlines() if "SLF4J" not in line]
             return {"error": (errors or [f"exit {done.returncode}"])[0][:200]}
-        return dict(json.loads(lines[-1]))
+        answer: dict[str, Any] = {}
+        for line in lines:
+            answer.update(json.loads(line))
+        return answer
 
     def destroy(self, src: str, dst: str) -> str:
         """Remove both queues; a consumer left by a killed JVM can hold one for ~30 s."""
@@ -538,26 +554,29 @@ def activemq_case(args: argparse.Namespace) -> Case:
 
 
 def activemq_phases(args: argparse.Namespace, java: Java) -> Case:
-    src, dst = "ceiling-src", "ceiling-dst"
+    src, dst = f"{args.queue_prefix}-src", f"{args.queue_prefix}-dst"
     case = Case("ActiveMQ", f"queues {src}, {dst} (KahaDB)",
                 f"OpenWire JMS client ({ACTIVEMQ_LIB}/activemq-client.jar) in a Java program, "
                 f"{args.activemq_threads} connection(s)")
     pid = find_pid("java", "activemq.jar")
     count, threads = args.count, args.activemq_threads
-    if error := java.destroy(src, dst):
+    if args.remove_leftovers and (error := java.destroy(src, dst)):
         case.phases.append(Phase("remove leftover queues", 0, note=error))
         return case
     publish_tx = Phase(f"publish persistent (transactions of {args.batch:,})", count)
     move = Phase(f"move src->dst (transactions of {args.batch:,}, prefetch {args.prefetch:,})",
-                 count)
+                 count, move=True)
     case.phases += [publish_tx, move]
     if java_phase(java, publish_tx, pid, "publish-tx", src, dst, count, args.batch, threads,
                   args.size) and java_phase(java, move, pid, "move", src, dst, count,
                                             args.batch, threads):
-        sizes = java.run("sizes", src, dst)
+        sizes = java.run("sizes+destroy", src, dst)  # the queues removed in the same JVM
         if sizes.get(src) != 0 or sizes.get(dst) != count:
             move.note += f"  COUNTS (statistics plugin): {sizes}"
-    if error := java.destroy(src, dst):
+        removed = "error" not in sizes
+    else:
+        removed = False
+    if not removed and (error := java.destroy(src, dst)):
         case.phases.append(Phase("remove queues", 0, note=error))
         return case
     if args.activemq_async:
@@ -593,13 +612,16 @@ def show_new_log_lines(before: dict[Path, int], shown: int = 5) -> None:
             print(f"    {line[:220]}")
 
 
-def parse_args() -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--size", type=int, default=100, help="body bytes (below frame_max)")
     p.add_argument("--brokers", default="rabbitmq,activemq")
     p.add_argument("--rabbitmq-queues", default="classic,quorum",
                    help=f"of {', '.join(QUEUE_ARGUMENTS)}")
+    p.add_argument("--rabbitmq-moves", default="confirm,tx",
+                   help="the RabbitMQ moves to time, there and back in turn: confirm (confirm "
+                        "mode) or tx (transactions)")
     p.add_argument("--window", type=int, default=5000, help="unconfirmed publishes at most")
     p.add_argument("--prefetch", type=int, default=5000)
     p.add_argument("--batch", type=int, default=1000, help="messages per transaction")
@@ -609,11 +631,39 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--limit", type=float, default=180.0, help="seconds a phase may take")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--amqp-port", type=int, default=5672)
-    return p.parse_args()
+    p.add_argument("--queue-prefix", default="ceiling", help="the queues' names start with it")
+    p.add_argument("--remove-leftovers", action=argparse.BooleanOptionalAction, default=True,
+                   help="first remove the queues a stopped run may have left (on ActiveMQ, one "
+                        "more JVM started; not needed with a --queue-prefix of the run's own)")
+    return p
+
+
+def options(**given: Any) -> argparse.Namespace:
+    """The command line's defaults, with ``given`` (``count=2000``, ...) in place of some."""
+    args = parser().parse_args([])
+    for name, value in given.items():
+        if not hasattr(args, name):
+            raise TypeError(f"broker_ceiling has no option {name!r}")
+        setattr(args, name, value)
+    return args
+
+
+def measure(broker: str, args: argparse.Namespace, kind: str = "classic") -> Case:
+    """One case: RabbitMQ with queues of ``kind`` (of QUEUE_ARGUMENTS), or ActiveMQ.
+
+    A phase that fails or runs out of time has no ``seconds`` and says why in its ``note``;
+    RuntimeError when the case cannot start (no ``javac`` for ActiveMQ)."""
+    if broker == "rabbitmq":
+        return asyncio.run(rabbitmq_case(args, kind))
+    if broker == "activemq":
+        return activemq_case(args)
+    raise ValueError(f"unknown broker {broker!r}")
 
 
 def main() -> None:
-    args = parse_args()
+    args = parser().parse_args()
+    if not set(args.rabbitmq_moves.split(",")) <= {"confirm", "tx"}:
+        raise SystemExit(f"--rabbitmq-moves: confirm or tx, not {args.rabbitmq_moves!r}")
     brokers = args.brokers.split(",")
     print(f"{args.count:,} persistent messages of {args.size} bytes; load average "
           f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
@@ -621,10 +671,13 @@ def main() -> None:
     cases: list[Case] = []
     if "rabbitmq" in brokers:
         for kind in args.rabbitmq_queues.split(","):
-            cases.append(asyncio.run(rabbitmq_case(args, kind)))
+            cases.append(measure("rabbitmq", args, kind))
             cases[-1].show()
     if "activemq" in brokers:
-        cases.append(activemq_case(args))
+        try:
+            cases.append(measure("activemq", args))
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from None
         cases[-1].show()
     show_new_log_lines(before)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
