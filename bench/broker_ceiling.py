@@ -55,6 +55,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -494,29 +495,44 @@ class Java:
     def classpath(self) -> str:
         return ":".join([str(self.folder), *map(str, sorted(ACTIVEMQ_LIB.glob("*.jar")))])
 
-    def run(self, phase: str, src: str, dst: str = "-", count: int = 0, batch: int = 0,
-            threads: int = 1, size: int = 0) -> dict[str, Any]:
-        """One phase, or several joined by "+" in one JVM: their JSON answers in one dict, or
-        {"error": ...} (a timeout kills the JVM)."""
-        cmd = ["java", "-cp", self.classpath(), "Ceiling", self.url, phase, src, dst,
+    def run(self, phases: str, src: str, dst: str = "-", count: int = 0, batch: int = 0,
+            threads: int = 1, size: int = 0, pid: int | None = None) -> list[dict[str, Any]]:
+        """Phases joined by "+" in one JVM (a start-up less each): an answer for each, its JSON
+        line, a timed one with the CPU seconds of the broker (``pid``) since the answer before
+        it (or the start, the JVM's start-up included); {"error": ...} in place of the first
+        one that did not answer, and last. ``limit`` seconds a phase, or the JVM is killed."""
+        cmd = ["java", "-cp", self.classpath(), "Ceiling", self.url, phases, src, dst,
                str(count), str(batch), str(threads), str(size)]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.limit)
-        except subprocess.TimeoutExpired:
-            return {"error": f"stopped after {self.limit:.0f} s"}
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not lines:
-            errors = [line for line in done.stderr.splitlines() if "SLF4J" not in line]
-            return {"error": (errors or [f"exit {done.returncode}"])[0][:200]}
-        answer: dict[str, Any] = {}
-        for line in lines:
-            answer.update(json.loads(line))
-        return answer
+        wanted = len(phases.split("+"))
+        answers: list[dict[str, Any]] = []
+        with tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            killed = threading.Event()
+            timer = threading.Timer(self.limit * wanted, lambda: (killed.set(), proc.kill()))
+            timer.start()
+            cpu = cpu_seconds(pid)
+            try:
+                for line in proc.stdout or ():
+                    if line.startswith("{"):
+                        answers.append(json.loads(line))
+                        if "seconds" in answers[-1]:
+                            now = cpu_seconds(pid)
+                            answers[-1]["broker_cpu_s"], cpu = now - cpu, now
+                proc.wait()
+            finally:
+                timer.cancel()
+            if len(answers) < wanted:
+                err.seek(0)
+                errors = [line for line in err.read().splitlines() if "SLF4J" not in line]
+                why = (f"stopped after {self.limit * wanted:.0f} s" if killed.is_set()
+                       else (errors or [f"exit {proc.returncode}"])[0][:200])
+                answers.append({"error": why})
+        return answers
 
     def destroy(self, src: str, dst: str) -> str:
         """Remove both queues; a consumer left by a killed JVM can hold one for ~30 s."""
         for _ in range(8):
-            answer = self.run("destroy", src, dst)
+            answer = self.run("destroy", src, dst)[-1]
             if "error" not in answer:
                 return ""
             time.sleep(10)
@@ -530,15 +546,14 @@ def openwire_port() -> int:
     return int(found.group(1)) if found else 61616
 
 
-def java_phase(java: Java, phase: Phase, pid: int | None, *run_args: Any) -> bool:
-    cpu0 = cpu_seconds(pid)
-    answer = java.run(*run_args)
+def java_phase(phase: Phase, answer: dict[str, Any]) -> bool:
+    """``phase`` from the Java program's answer for it."""
     if "error" in answer:
         phase.note = str(answer["error"])
         return False
     phase.seconds = float(answer["seconds"])
     phase.client_cpu_s = float(answer["client_cpu_s"])
-    phase.broker_cpu_s = cpu_seconds(pid) - cpu0  # JVM start-up and exit included: a little high
+    phase.broker_cpu_s = float(answer["broker_cpu_s"])
     return True
 
 
@@ -567,23 +582,21 @@ def activemq_phases(args: argparse.Namespace, java: Java) -> Case:
     move = Phase(f"move src->dst (transactions of {args.batch:,}, prefetch {args.prefetch:,})",
                  count, move=True)
     case.phases += [publish_tx, move]
-    if java_phase(java, publish_tx, pid, "publish-tx", src, dst, count, args.batch, threads,
-                  args.size) and java_phase(java, move, pid, "move", src, dst, count,
-                                            args.batch, threads):
-        sizes = java.run("sizes+destroy", src, dst)  # the queues removed in the same JVM
+    # One JVM; the broker's CPU time of the publish includes the JVM's start-up: a little high.
+    answers = java.run("publish-tx+move+sizes+destroy", src, dst, count, args.batch, threads,
+                       args.size, pid=pid)
+    if java_phase(publish_tx, answers[0]) and java_phase(move, answers[1]):
+        sizes = answers[2]
         if sizes.get(src) != 0 or sizes.get(dst) != count:
             move.note += f"  COUNTS (statistics plugin): {sizes}"
-        removed = "error" not in sizes
-    else:
-        removed = False
-    if not removed and (error := java.destroy(src, dst)):
+    if "error" in answers[-1] and (error := java.destroy(src, dst)):
         case.phases.append(Phase("remove queues", 0, note=error))
         return case
     if args.activemq_async:
         one_by_one = Phase(f"publish persistent (each answered, window {args.window:,})", count)
         case.phases.append(one_by_one)
-        java_phase(java, one_by_one, pid, "publish-async", src, dst, count, args.window,
-                   threads, args.size)
+        java_phase(one_by_one, java.run("publish-async", src, dst, count, args.window, threads,
+                                        args.size, pid=pid)[0])
         if error := java.destroy(src, dst):
             case.phases.append(Phase("remove queues", 0, note=error))
     return case
