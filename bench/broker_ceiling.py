@@ -33,7 +33,11 @@ Clients:
 The broker's CPU time during each phase comes from /proc (this machine has 2 cores; the client
 competes with the broker for them). A phase that takes longer than ``--limit`` seconds (180) is
 stopped and reported as such. New broker log lines about memory, alarms, flow control, warnings
-and errors are printed at the end. Only queues named ``ceiling-*`` are used, and deleted.
+and errors are printed at the end. Only queues named ``ceiling-*`` (``--queue-prefix``) are
+used, and deleted.
+
+Another bench measures the same with ``measure(broker, options(...), kind)``: bench/scale_burst.py
+sets a burst's release time beside the broker's own move of as many messages.
 
 Usage:
     PYTHONPATH=. .venv/bin/python bench/broker_ceiling.py [--count 100000]
@@ -51,6 +55,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -94,6 +99,7 @@ class Phase:
     broker_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
     note: str = ""
+    move: bool = False  # a queue-to-queue move (not a publish)
 
     def row(self) -> str:
         if self.seconds is None:
@@ -110,6 +116,9 @@ class Case:
     title: str
     client: str
     phases: list[Phase] = field(default_factory=list)
+
+    def first_move(self) -> Phase | None:
+        return next((phase for phase in self.phases if phase.move), None)
 
     def show(self) -> None:
         print(f"\n{self.broker}: {self.title}\n  client: {self.client}")
@@ -412,7 +421,7 @@ async def rabbitmq_move(args: argparse.Namespace, mode: str, source: str, target
     confirm = mode == "confirm"
     how = (f"confirms, prefetch {args.prefetch:,}" if confirm
            else f"transactions of {args.batch:,}, prefetch {args.prefetch:,}")
-    phase = Phase(f"move {source[-3:]}->{target[-3:]} ({how})", args.count)
+    phase = Phase(f"move {source[-3:]}->{target[-3:]} ({how})", args.count, move=True)
     conns = [await Amqp(args.host, args.amqp_port).open() for _ in range(2 if confirm else 1)]
     if confirm:
         work = partial(move_confirm, *conns, source, target, args.count, args.prefetch)
@@ -428,9 +437,10 @@ async def rabbitmq_move(args: argparse.Namespace, mode: str, source: str, target
 
 
 async def rabbitmq_case(args: argparse.Namespace, kind: str) -> Case:
-    """Publish into src, move src->dst with confirms, then dst->src in transactions."""
+    """Publish into src, move src->dst with confirms, then dst->src in transactions (or the
+    moves of ``--rabbitmq-moves``, there and back in turn)."""
     arguments = QUEUE_ARGUMENTS[kind]
-    src, dst = f"ceiling-{kind}-src", f"ceiling-{kind}-dst"
+    src, dst = f"{args.queue_prefix}-{kind}-src", f"{args.queue_prefix}-{kind}-dst"
     case = Case("RabbitMQ", f"{kind} durable queues {src}, {dst}",
                 "raw AMQP 0-9-1 frames on asyncio (pamqp-built), this file's Amqp class")
     pid = find_pid("beam.smp", "rabbit")
@@ -443,7 +453,9 @@ async def rabbitmq_case(args: argparse.Namespace, kind: str) -> Case:
     ok = await timed(phase, partial(publish, conn, src, args.count, args.size, args.window),
                      pid, args.limit)
     await conn.close()
-    legs = [("confirm", src, dst), ("tx", dst, src)]
+    there_and_back = [(src, dst), (dst, src)]
+    legs = [(mode, *there_and_back[i % 2])
+            for i, mode in enumerate(args.rabbitmq_moves.split(","))]
     for mode, source, target in legs if ok else []:
         phase, left, arrived = await rabbitmq_move(args, mode, source, target, pid)
         case.phases.append(phase)
@@ -471,36 +483,56 @@ class Java:
     @classmethod
     def build(cls, url: str, limit: float) -> Java:
         if shutil.which("javac") is None:
-            raise SystemExit("javac not found: the ActiveMQ case needs a JDK")
+            raise RuntimeError("javac not found: the ActiveMQ case needs a JDK")
         folder = Path(tempfile.mkdtemp(prefix="broker-ceiling-"))
         shutil.copy(JAVA_SOURCE, folder / "Ceiling.java")
         java = cls(folder, url, limit)
-        subprocess.run(["javac", "-nowarn", "-cp", java.classpath(), "-d", str(folder),
-                        str(folder / "Ceiling.java")], check=True)
+        # javac's own JIT at its first tier only: it compiles one small file (half the time).
+        subprocess.run(["javac", "-J-XX:TieredStopAtLevel=1", "-nowarn", "-cp", java.classpath(),
+                        "-d", str(folder), str(folder / "Ceiling.java")], check=True)
         return java
 
     def classpath(self) -> str:
         return ":".join([str(self.folder), *map(str, sorted(ACTIVEMQ_LIB.glob("*.jar")))])
 
-    def run(self, phase: str, src: str, dst: str = "-", count: int = 0, batch: int = 0,
-            threads: int = 1, size: int = 0) -> dict[str, Any]:
-        """One phase; its JSON answer, or {"error": ...} (a timeout kills the JVM)."""
-        cmd = ["java", "-cp", self.classpath(), "Ceiling", self.url, phase, src, dst,
+    def run(self, phases: str, src: str, dst: str = "-", count: int = 0, batch: int = 0,
+            threads: int = 1, size: int = 0, pid: int | None = None) -> list[dict[str, Any]]:
+        """Phases joined by "+" in one JVM (a start-up less each): an answer for each, its JSON
+        line, a timed one with the CPU seconds of the broker (``pid``) since the answer before
+        it (or the start, the JVM's start-up included); {"error": ...} in place of the first
+        one that did not answer, and last. ``limit`` seconds a phase, or the JVM is killed."""
+        cmd = ["java", "-cp", self.classpath(), "Ceiling", self.url, phases, src, dst,
                str(count), str(batch), str(threads), str(size)]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.limit)
-        except subprocess.TimeoutExpired:
-            return {"error": f"stopped after {self.limit:.0f} s"}
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not lines:
-            errors = [line for line in done.stderr.splitlines() if "SLF4J" not in line]
-            return {"error": (errors or [f"exit {done.returncode}"])[0][:200]}
-        return dict(json.loads(lines[-1]))
+        wanted = len(phases.split("+"))
+        answers: list[dict[str, Any]] = []
+        with tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            killed = threading.Event()
+            timer = threading.Timer(self.limit * wanted, lambda: (killed.set(), proc.kill()))
+            timer.start()
+            cpu = cpu_seconds(pid)
+            try:
+                for line in proc.stdout or ():
+                    if line.startswith("{"):
+                        answers.append(json.loads(line))
+                        if "seconds" in answers[-1]:
+                            now = cpu_seconds(pid)
+                            answers[-1]["broker_cpu_s"], cpu = now - cpu, now
+                proc.wait()
+            finally:
+                timer.cancel()
+            if len(answers) < wanted:
+                err.seek(0)
+                errors = [line for line in err.read().splitlines() if "SLF4J" not in line]
+                why = (f"stopped after {self.limit * wanted:.0f} s" if killed.is_set()
+                       else (errors or [f"exit {proc.returncode}"])[0][:200])
+                answers.append({"error": why})
+        return answers
 
     def destroy(self, src: str, dst: str) -> str:
         """Remove both queues; a consumer left by a killed JVM can hold one for ~30 s."""
         for _ in range(8):
-            answer = self.run("destroy", src, dst)
+            answer = self.run("destroy", src, dst)[-1]
             if "error" not in answer:
                 return ""
             time.sleep(10)
@@ -514,15 +546,14 @@ def openwire_port() -> int:
     return int(found.group(1)) if found else 61616
 
 
-def java_phase(java: Java, phase: Phase, pid: int | None, *run_args: Any) -> bool:
-    cpu0 = cpu_seconds(pid)
-    answer = java.run(*run_args)
+def java_phase(phase: Phase, answer: dict[str, Any]) -> bool:
+    """``phase`` from the Java program's answer for it."""
     if "error" in answer:
         phase.note = str(answer["error"])
         return False
     phase.seconds = float(answer["seconds"])
     phase.client_cpu_s = float(answer["client_cpu_s"])
-    phase.broker_cpu_s = cpu_seconds(pid) - cpu0  # JVM start-up and exit included: a little high
+    phase.broker_cpu_s = float(answer["broker_cpu_s"])
     return True
 
 
@@ -538,33 +569,34 @@ def activemq_case(args: argparse.Namespace) -> Case:
 
 
 def activemq_phases(args: argparse.Namespace, java: Java) -> Case:
-    src, dst = "ceiling-src", "ceiling-dst"
+    src, dst = f"{args.queue_prefix}-src", f"{args.queue_prefix}-dst"
     case = Case("ActiveMQ", f"queues {src}, {dst} (KahaDB)",
                 f"OpenWire JMS client ({ACTIVEMQ_LIB}/activemq-client.jar) in a Java program, "
                 f"{args.activemq_threads} connection(s)")
     pid = find_pid("java", "activemq.jar")
     count, threads = args.count, args.activemq_threads
-    if error := java.destroy(src, dst):
+    if args.remove_leftovers and (error := java.destroy(src, dst)):
         case.phases.append(Phase("remove leftover queues", 0, note=error))
         return case
     publish_tx = Phase(f"publish persistent (transactions of {args.batch:,})", count)
     move = Phase(f"move src->dst (transactions of {args.batch:,}, prefetch {args.prefetch:,})",
-                 count)
+                 count, move=True)
     case.phases += [publish_tx, move]
-    if java_phase(java, publish_tx, pid, "publish-tx", src, dst, count, args.batch, threads,
-                  args.size) and java_phase(java, move, pid, "move", src, dst, count,
-                                            args.batch, threads):
-        sizes = java.run("sizes", src, dst)
+    # One JVM; the broker's CPU time of the publish includes the JVM's start-up: a little high.
+    answers = java.run("publish-tx+move+sizes+destroy", src, dst, count, args.batch, threads,
+                       args.size, pid=pid)
+    if java_phase(publish_tx, answers[0]) and java_phase(move, answers[1]):
+        sizes = answers[2]
         if sizes.get(src) != 0 or sizes.get(dst) != count:
             move.note += f"  COUNTS (statistics plugin): {sizes}"
-    if error := java.destroy(src, dst):
+    if "error" in answers[-1] and (error := java.destroy(src, dst)):
         case.phases.append(Phase("remove queues", 0, note=error))
         return case
     if args.activemq_async:
         one_by_one = Phase(f"publish persistent (each answered, window {args.window:,})", count)
         case.phases.append(one_by_one)
-        java_phase(java, one_by_one, pid, "publish-async", src, dst, count, args.window,
-                   threads, args.size)
+        java_phase(one_by_one, java.run("publish-async", src, dst, count, args.window, threads,
+                                        args.size, pid=pid)[0])
         if error := java.destroy(src, dst):
             case.phases.append(Phase("remove queues", 0, note=error))
     return case
@@ -593,13 +625,16 @@ def show_new_log_lines(before: dict[Path, int], shown: int = 5) -> None:
             print(f"    {line[:220]}")
 
 
-def parse_args() -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--size", type=int, default=100, help="body bytes (below frame_max)")
     p.add_argument("--brokers", default="rabbitmq,activemq")
     p.add_argument("--rabbitmq-queues", default="classic,quorum",
                    help=f"of {', '.join(QUEUE_ARGUMENTS)}")
+    p.add_argument("--rabbitmq-moves", default="confirm,tx",
+                   help="the RabbitMQ moves to time, there and back in turn: confirm (confirm "
+                        "mode) or tx (transactions)")
     p.add_argument("--window", type=int, default=5000, help="unconfirmed publishes at most")
     p.add_argument("--prefetch", type=int, default=5000)
     p.add_argument("--batch", type=int, default=1000, help="messages per transaction")
@@ -609,11 +644,39 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--limit", type=float, default=180.0, help="seconds a phase may take")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--amqp-port", type=int, default=5672)
-    return p.parse_args()
+    p.add_argument("--queue-prefix", default="ceiling", help="the queues' names start with it")
+    p.add_argument("--remove-leftovers", action=argparse.BooleanOptionalAction, default=True,
+                   help="first remove the queues a stopped run may have left (on ActiveMQ, one "
+                        "more JVM started; not needed with a --queue-prefix of the run's own)")
+    return p
+
+
+def options(**given: Any) -> argparse.Namespace:
+    """The command line's defaults, with ``given`` (``count=2000``, ...) in place of some."""
+    args = parser().parse_args([])
+    for name, value in given.items():
+        if not hasattr(args, name):
+            raise TypeError(f"broker_ceiling has no option {name!r}")
+        setattr(args, name, value)
+    return args
+
+
+def measure(broker: str, args: argparse.Namespace, kind: str = "classic") -> Case:
+    """One case: RabbitMQ with queues of ``kind`` (of QUEUE_ARGUMENTS), or ActiveMQ.
+
+    A phase that fails or runs out of time has no ``seconds`` and says why in its ``note``;
+    RuntimeError when the case cannot start (no ``javac`` for ActiveMQ)."""
+    if broker == "rabbitmq":
+        return asyncio.run(rabbitmq_case(args, kind))
+    if broker == "activemq":
+        return activemq_case(args)
+    raise ValueError(f"unknown broker {broker!r}")
 
 
 def main() -> None:
-    args = parse_args()
+    args = parser().parse_args()
+    if not set(args.rabbitmq_moves.split(",")) <= {"confirm", "tx"}:
+        raise SystemExit(f"--rabbitmq-moves: confirm or tx, not {args.rabbitmq_moves!r}")
     brokers = args.brokers.split(",")
     print(f"{args.count:,} persistent messages of {args.size} bytes; load average "
           f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
@@ -621,10 +684,13 @@ def main() -> None:
     cases: list[Case] = []
     if "rabbitmq" in brokers:
         for kind in args.rabbitmq_queues.split(","):
-            cases.append(asyncio.run(rabbitmq_case(args, kind)))
+            cases.append(measure("rabbitmq", args, kind))
             cases[-1].show()
     if "activemq" in brokers:
-        cases.append(activemq_case(args))
+        try:
+            cases.append(measure("activemq", args))
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from None
         cases[-1].show()
     show_new_log_lines(before)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")

@@ -1,7 +1,8 @@
 """Scale past one node (issue 20): every figure of the issue, for each broker, in one command.
 
 Parts (``--parts``, default all, in this order):
-  burst     100,000 messages due in the same millisecond (bench/scale_burst.py)
+  burst     100,000 messages due in the same millisecond, and the broker's own move of as many
+            with no bridge (bench/scale_burst.py)
   pending   10,000,000 pending: bridge/engine RSS, broker memory and disk, send rate; the staged
             tools timed at that size (bench/scale_pending.py)
   restart   the bridge SIGKILLed and restarted with a million pending: first release, early,

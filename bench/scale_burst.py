@@ -15,9 +15,14 @@ original send, as the rest of the message it was sent as: a message delayed 2 s 
 time of its send, not of its release.)
 
 Printed: early (arrived before its due time: must be 0), the first and last arrival after the
-due time, the rate per 500 ms from the due time on, the bridge's CPU and peak RSS over the
-burst, its own release-lateness figures, and the probes' lateness. Goal (issue 20): the last
+due time, the rate per 500 ms from the due time on, the bridge's CPU over the burst, the peak
+RSS (VmHWM, read before the bridge stops) of the bridge process and of its staging engine
+process, its own release-lateness figures, and the probes' lateness. Goal (issue 20): the last
 within 5 s of the due time, none early.
+
+Once the bridge has stopped, the broker's own move of as many messages of the same size, with no
+bridge (bench/broker_ceiling.py: RabbitMQ, queue to queue with confirms on queues of the staging
+queues' type; ActiveMQ, its Java client in transactions), and the burst's time over it.
 
     .venv/bin/python bench/scale_burst.py --brokers rabbitmq,activemq
     .venv/bin/python bench/scale_burst.py --brokers rabbitmq --burst-messages 20000
@@ -29,16 +34,21 @@ import argparse
 import collections
 import json
 import multiprocessing as mp
+import os
+import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
 
+import broker_ceiling
 import pika
 import stomp
 from delay import Bridge, broker_config, leftover_staged, remove_queues, staging_queues
+from scale_common import tree_peak_rss
 from stomp_throughput import BROKERS, BenchError, connect, disconnect, parse_address, wait
 
 GOAL_S = 5.0
@@ -235,7 +245,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
             raise BenchError(f"sending took {out['staged_s']:.1f} s, too close to the due time:"
                              f" give a longer --burst-lead-s than {lead_s}")
         time.sleep(max(0.0, (due - 1500 - now_ms()) / 1000))
-        before, cpu0, rss0 = bridge.metrics(), bridge.cpu(), bridge.rss()
+        before, cpu0 = bridge.metrics(), bridge.cpu()
         wait_s = max(args.timeout, 60) + (due + probe_s * 1000 - now_ms()) / 1000
         try:  # before the join: a child does not end until what it put has been read
             got = results.get(timeout=wait_s + 120)
@@ -243,7 +253,8 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
             raise BenchError("the consumer gave no results") from exc
         consumer.join(timeout=10)
         out["bridge_cpu_s"] = bridge.cpu() - cpu0
-        out["bridge_peak_rss_mb"] = max(rss0, bridge.rss())
+        out["peak_rss_mb"] = tree_peak_rss(bridge.proc.pid)
+        out["bridge_peak_rss_mb"] = out["peak_rss_mb"]["total_mb"]
         after = bridge.metrics()
         out["bridge_released"] = (after.get("jms_bridge_staging_released_total", 0)
                                   - before.get("jms_bridge_staging_released_total", 0))
@@ -258,7 +269,45 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
         remove_queues(broker_name, args, [*queues, target, probe_target]
                       if broker_name == "rabbitmq" else queues)
     out["timeline"] = timeline
+    out["broker_move"] = broker_move(broker_name, args, n)
     return _report(broker_name, out, got, target, probe_target, due, n, len(probe_dues))
+
+
+def staging_queue_type(args: argparse.Namespace) -> str:
+    """The staging queues' type of the run's bridges: from --bridge-arg, else the environment."""
+    kind = os.environ.get("JMS_BRIDGE_STAGING_QUEUE_TYPE", "classic")
+    given = list(getattr(args, "bridge_arg", None) or [])
+    for i, arg in enumerate(given):
+        if arg == "--staging-queue-type" and i + 1 < len(given):
+            kind = given[i + 1]
+        elif arg.startswith("--staging-queue-type="):
+            kind = arg.split("=", 1)[1]
+    return kind
+
+
+def broker_move(broker_name: str, args: argparse.Namespace, n: int) -> dict[str, Any]:
+    """The broker's own move of ``n`` persistent messages from one queue to another, no bridge
+    (bench/broker_ceiling.py), on queues of its own: {"seconds": ...} or {"error": ...}."""
+    if broker_name == "rabbitmq":
+        url = urllib.parse.urlsplit(args.rabbitmq_amqp)
+        host, port, kind = url.hostname or "127.0.0.1", url.port or 5672, staging_queue_type(args)
+    else:
+        host, port, kind = parse_address(args.activemq)[0], 0, "KahaDB"
+    options = broker_ceiling.options(
+        count=n, size=args.burst_size, host=host, amqp_port=port, rabbitmq_moves="confirm",
+        activemq_async=False, queue_prefix=f"ceiling-burst-{uuid.uuid4().hex[:8]}",
+        remove_leftovers=False)
+    out: dict[str, Any] = {"count": n, "queues": kind}
+    try:
+        case = broker_ceiling.measure(broker_name, options, kind)
+    except (RuntimeError, OSError, subprocess.SubprocessError, KeyError) as exc:
+        return {**out, "error": f"{type(exc).__name__}: {exc}"}
+    move = case.first_move()
+    if move is None or move.seconds is None:
+        return {**out, "error": next((p.note for p in case.phases if p.note), "no move ran")}
+    return {**out, "client": case.client, "phase": move.name, "seconds": move.seconds,
+            "per_s": n / move.seconds, "broker_cpu_s": move.broker_cpu_s,
+            **({"note": move.note.strip()} if move.note else {})}
 
 
 def _sample(bridge: Bridge, due: int, timeline: list[tuple[float, float, float, float]],
@@ -307,8 +356,20 @@ def _report(broker_name: str, out: dict[str, Any], got: dict[str, Any], target: 
           f"goal last <= {GOAL_S} s: {'met' if out['met'] else 'NOT met'}", flush=True)
     print(f"  {broker_name} burst: per 500 ms from the due time: {out['per_500ms'][:40]}",
           flush=True)
+    peak = out["peak_rss_mb"]
     print(f"  {broker_name} burst: bridge CPU {out['bridge_cpu_s']:.1f} s from 1.5 s before "
-          f"the due time, peak RSS {out['bridge_peak_rss_mb']:.0f} MB", flush=True)
+          f"the due time; peak RSS (VmHWM) bridge {peak['bridge_mb']:.0f} MB, engine "
+          f"{peak['engine_mb']:.0f} MB", flush=True)
+    move = out["broker_move"]
+    if move.get("seconds") and out["last_s"]:
+        out["ratio_to_broker_move"] = out["last_s"] / move["seconds"]
+        print(f"  {broker_name} burst: {n:,} released in {out['last_s']:.2f} s (due time to "
+              f"last on target); the broker's own move of {n:,} ({move['queues']} queues): "
+              f"{move['seconds']:.2f} s; ratio {out['ratio_to_broker_move']:.2f}"
+              + (f" ({move['note']})" if move.get("note") else ""), flush=True)
+    else:
+        print(f"  {broker_name} burst: the broker's own move of {n:,}: not measured "
+              f"({move.get('error') or 'nothing released'})", flush=True)
     print(f"  {broker_name} burst: probes {p['received']}/{p['sent']}, {p['early']} early; due "
           f"before the burst: late at most {p['before_burst_max_ms']} ms; due during and after "
           f"it: late p50 {p['during_p50_ms']} ms, max {p['during_max_ms']} ms", flush=True)

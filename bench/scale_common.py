@@ -175,6 +175,15 @@ class ScaleBridge:
 def tree_rss(pid: int) -> dict[str, float]:
     """VmRSS in MiB of the bridge process, of its staging engine (the multiprocessing child
     that is not the resource tracker), and of the whole tree."""
+    return tree_status_mb(pid, "VmRSS")
+
+
+def tree_peak_rss(pid: int) -> dict[str, float]:
+    """The same for VmHWM, each process's peak RSS so far (kept by the kernel: no sampling)."""
+    return tree_status_mb(pid, "VmHWM")
+
+
+def tree_status_mb(pid: int, name: str) -> dict[str, float]:
     out = {"bridge_mb": 0.0, "engine_mb": 0.0, "total_mb": 0.0}
     for p in descendants(pid):
         try:
@@ -183,7 +192,7 @@ def tree_rss(pid: int) -> dict[str, float]:
         except OSError:
             continue
         kib = next((int(line.split()[1]) for line in status.splitlines()
-                    if line.startswith("VmRSS:")), 0)
+                    if line.startswith(name + ":")), 0)
         out["total_mb"] += kib / 1024
         if p == pid:
             out["bridge_mb"] += kib / 1024

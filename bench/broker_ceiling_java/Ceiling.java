@@ -18,19 +18,28 @@ import org.apache.activemq.ActiveMQMessageProducer;
 import org.apache.activemq.AsyncCallback;
 import org.apache.activemq.command.ActiveMQQueue;
 
-/** One phase per run (publish-tx, publish-async, move, sizes, destroy); one JSON line out.
- *  Usage: Ceiling URL PHASE SRC DST COUNT BATCH THREADS SIZE. Each thread has a connection of
- *  its own (two sessions on one connection stalled here once, the broker no longer reading).
+/** Phases (publish-tx, publish-async, move, sizes, destroy), one or several joined by "+" in one
+ *  run (a JVM start less each); one JSON line out for each. Usage: Ceiling URL PHASE[+PHASE...]
+ *  SRC DST COUNT BATCH THREADS SIZE. Each thread has a connection of its own (two sessions on
+ *  one connection stalled here once, the broker no longer reading).
  *  A received message is sent on as it is: the client copies it on send (copyMessageOnSend,
  *  the default; without the copy the send renames the message and its ack names the copy). */
 public class Ceiling {
     interface Work { void run(int part) throws Exception; }
 
     public static void main(String[] a) throws Exception {
-        String url = a[0], phase = a[1], src = a[2], dst = a[3];
+        String url = a[0], src = a[2], dst = a[3];
         int count = Integer.parseInt(a[4]), batch = Integer.parseInt(a[5]);
         int threads = Integer.parseInt(a[6]), size = Integer.parseInt(a[7]);
         ActiveMQConnection c = connect(url);
+        for (String phase : a[1].split("\\+")) {
+            run(c, url, phase, src, dst, count, batch, threads, size);
+        }
+        c.close();
+    }
+
+    static void run(ActiveMQConnection c, String url, String phase, String src, String dst,
+                    int count, int batch, int threads, int size) throws Exception {
         if (phase.equals("sizes")) {
             System.out.printf("{\"%s\": %d, \"%s\": %d}%n", src, size(c, src), dst, size(c, dst));
         } else if (phase.equals("destroy")) {
@@ -60,7 +69,6 @@ public class Ceiling {
             System.out.printf("{\"seconds\": %.4f, \"client_cpu_s\": %.3f}%n",
                     (System.nanoTime() - t0) / 1e9, (cpu() - cpu0) / 1e9);
         }
-        c.close();
     }
 
     static ActiveMQConnection connect(String url) throws JMSException {

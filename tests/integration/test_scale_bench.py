@@ -4,6 +4,7 @@ small size and must finish with exit status 0 and its figures printed."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -20,6 +21,13 @@ PRINTS = {
     "restart": "first release",
     "bridges": "3 bridge(s):",
 }
+# The burst's time over the broker's own move of as many messages, and the peak RSS of the
+# bridge and of its engine.
+BURST_LINES = (
+    r"burst: [\d,]+ released in [\d.]+ s .*; the broker's own move of [\d,]+ .*: [\d.]+ s; "
+    r"ratio [\d.]+",
+    r"burst: .*peak RSS \(VmHWM\) bridge [1-9]\d* MB, engine [1-9]\d* MB",
+)
 
 
 def test_scale_bench_quick(broker: Broker) -> None:
@@ -41,4 +49,6 @@ def test_scale_bench_quick(broker: Broker) -> None:
     assert "Traceback" not in output, output
     for part in parts:
         assert PRINTS[part] in output, f"part {part} printed no figures:\n{output}"
+    for line in BURST_LINES if "burst" in parts else ():
+        assert re.search(line, output), f"no line like {line!r}:\n{output}"
     assert "scale: done" in output, output
