@@ -29,7 +29,7 @@ from bridge.app.auth import TokenFile
 from bridge.app.metrics import Metrics
 from bridge.app.policy_report import policy_report
 from bridge.app.probes import probe, probe_amqp
-from bridge.staging import tools
+from bridge.staging import listing, operations
 from bridge.staging.envelope import Staged
 from bridge.staging.levels import Layout
 from bridge.staging.outcomes import Kind, MessageOutcome, Sink
@@ -236,7 +236,7 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             warnings: list[str] = []
-            found = list(tools.rows(broker, self.layout, target=target, message_id=message_id,
+            found = list(listing.rows(broker, self.layout, target=target, message_id=message_id,
                                     scan=scan, selector=selector, warnings=warnings))
             # A running engine that did not answer: what it holds is missing (said in a header,
             # the body keeps its shape).
@@ -270,8 +270,8 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             try:
-                outcome = tools.reschedule(broker, self.layout, message_id, due_ms)
-            except tools.Busy as busy:
+                outcome = operations.reschedule(broker, self.layout, message_id, due_ms)
+            except operations.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
             except Refused as refused:
                 return web.json_response({"error": str(refused)}, status=409)
@@ -289,22 +289,22 @@ class Admin:
             return due_ms
 
         def work(broker: StagingBroker) -> web.Response:
-            found = list(tools.rows(broker, self.layout, selector=selector, scan=scan))
+            found = list(listing.rows(broker, self.layout, selector=selector, scan=scan))
             done: list[str] = []
             failed: dict[str, str] = {}
             for row in found:
                 try:
                     if action == "cancel":
-                        outcome = tools.cancel(broker, self.layout, row.message_id, scan=scan)
+                        outcome = operations.cancel(broker, self.layout, row.message_id, scan=scan)
                     elif action == "release":
-                        outcome = tools.release_now(broker, self.layout, row.message_id)
+                        outcome = operations.release_now(broker, self.layout, row.message_id)
                     else:
-                        outcome = tools.reschedule(broker, self.layout, row.message_id, due_ms)
-                except (tools.Busy, Refused) as error:
+                        outcome = operations.reschedule(broker, self.layout, row.message_id, due_ms)
+                except (operations.Busy, Refused) as error:
                     failed[row.message_id] = str(error)
                     continue
                 if outcome is None:
-                    failed[row.message_id] = tools.NOT_FOUND.format(row.message_id)
+                    failed[row.message_id] = operations.NOT_FOUND.format(row.message_id)
                     continue
                 self._count(outcome)
                 if outcome.as_asked:
@@ -323,8 +323,8 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             try:
-                outcome = tools.cancel(broker, self.layout, message_id)
-            except tools.Busy as busy:
+                outcome = operations.cancel(broker, self.layout, message_id)
+            except operations.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
             return self._outcome(message_id, outcome)
 
@@ -335,19 +335,19 @@ class Admin:
 
         def work(broker: StagingBroker) -> web.Response:
             try:
-                outcome = tools.release_now(broker, self.layout, message_id)
-            except tools.Busy as busy:
+                outcome = operations.release_now(broker, self.layout, message_id)
+            except operations.Busy as busy:
                 return web.json_response({"error": str(busy)}, status=409)
             return self._outcome(message_id, outcome)
 
         return await self._with_broker(work)
 
-    def _outcome(self, message_id: str, outcome: tools.OrderOutcome | None) -> web.Response:
+    def _outcome(self, message_id: str, outcome: operations.OrderOutcome | None) -> web.Response:
         """200 with what was done; 404 when nothing had the message; 409 when the engine
         that held it could not do as asked (its time to live was up, its target refused it).
         Counted here when this process did it; an engine counts what it does."""
         if outcome is None:
-            return web.json_response({"error": tools.NOT_FOUND.format(message_id)}, status=404)
+            return web.json_response({"error": operations.NOT_FOUND.format(message_id)}, status=404)
         self._count(outcome)
         if not outcome.as_asked:
             return web.json_response({"error": outcome.describe(message_id)}, status=409)
@@ -355,7 +355,7 @@ class Admin:
             return web.json_response({outcome.done: message_id, "due_ms": outcome.due_ms})
         return web.json_response({outcome.done: message_id})
 
-    def _count(self, outcome: tools.OrderOutcome) -> None:
+    def _count(self, outcome: operations.OrderOutcome) -> None:
         """What this process did itself, counted and recorded here unless a running engine
         took the note of it (it counts and records it then: once either way)."""
         if outcome.by_engine or outcome.noted:

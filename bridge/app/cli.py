@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from adapters.base import StagingBroker
     from bridge.app.progress import Progress
     from bridge.staging.levels import Layout
-    from bridge.staging.tools import OrderOutcome, Row
+    from bridge.staging.listing import Row
+    from bridge.staging.operations import OrderOutcome
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -159,7 +160,7 @@ EXIT_NOT_FOUND = 3
 def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     from adapters import speedups
     from bridge.app.brokers import staging_broker
-    from bridge.staging import tools
+    from bridge.staging import listing, operations
     from bridge.staging.levels import layout_for
 
     # The tools browse every staging queue: the adapters' library speed-ups pay here too.
@@ -170,42 +171,42 @@ def _staged(ns: argparse.Namespace, settings: Settings) -> int:
     try:
         warnings: list[str] = []
         if ns.action == "count" and ns.target is None and ns.selector is None:
-            print(tools.count(broker, layout, warnings=warnings))
+            print(listing.count(broker, layout, warnings=warnings))
             for warning in warnings:
                 print(warning, file=sys.stderr)
             return 0
         if ns.action in ("list", "count"):
             unseen: dict[str, tuple[int, int]] = {}
-            rows = tools.rows(broker, layout, target=ns.target,
+            rows = listing.rows(broker, layout, target=ns.target,
                               message_id=getattr(ns, "message_id", None), unseen=unseen,
                               scan=ns.scan, selector=ns.selector, warnings=warnings)
             found = _read(rows, broker, layout, quiet=getattr(ns, "json", False))
             if found is None:
                 return EXIT_INTERRUPTED
             if unseen:
-                print(tools.unseen_warning(unseen), file=sys.stderr)
+                print(listing.unseen_warning(unseen), file=sys.stderr)
             for warning in warnings:
                 print(warning, file=sys.stderr)
             if ns.action == "count":
                 print(len(found))
             else:
-                print(tools.render(found, as_json=ns.json))
+                print(listing.render(found, as_json=ns.json))
             return 0
         if ns.selector is not None:
             return _staged_selected(ns, settings, broker, layout)
         try:
             outcome = _act(ns, broker, layout, ns.message_id)
-        except tools.Busy as busy:
+        except operations.Busy as busy:
             print(f"jms-bridge: {busy}", file=sys.stderr)
             return EXIT_FAILURE
         if outcome is None:
-            print(tools.NOT_FOUND.format(ns.message_id))
+            print(operations.NOT_FOUND.format(ns.message_id))
             if broker.sees_held:  # ActiveMQ: were there messages it would not show?
                 unseen = {}
-                for _ in tools.rows(broker, layout, message_id=ns.message_id, unseen=unseen):
+                for _ in listing.rows(broker, layout, message_id=ns.message_id, unseen=unseen):
                     pass
                 if unseen:
-                    print(tools.unseen_warning(unseen), file=sys.stderr)
+                    print(listing.unseen_warning(unseen), file=sys.stderr)
             return EXIT_NOT_FOUND
         _journal_outcome(ns, settings, outcome)
         print(outcome.describe(ns.message_id))
@@ -238,20 +239,20 @@ def _check_staged(ns: argparse.Namespace) -> None:
 def _staged_selected(ns: argparse.Namespace, settings: Settings, broker: StagingBroker,
                      layout: Layout) -> int:
     """``staged cancel|release --selector``: each staged message it selects, and how many."""
-    from bridge.staging import tools
+    from bridge.staging import listing, operations
 
-    found = list(tools.rows(broker, layout, selector=ns.selector,
+    found = list(listing.rows(broker, layout, selector=ns.selector,
                             scan=getattr(ns, "scan", False)))
     done = failed = 0
     for row in found:
         try:
             outcome = _act(ns, broker, layout, row.message_id)
-        except (tools.Busy, Refused) as error:  # the others are still worth doing
+        except (operations.Busy, Refused) as error:  # the others are still worth doing
             print(f"jms-bridge: {error}", file=sys.stderr)
             failed += 1
             continue
         if outcome is None:  # released or cancelled meanwhile
-            print(tools.NOT_FOUND.format(row.message_id))
+            print(operations.NOT_FOUND.format(row.message_id))
             failed += 1
             continue
         _journal_outcome(ns, settings, outcome)
@@ -267,13 +268,13 @@ def _staged_selected(ns: argparse.Namespace, settings: Settings, broker: Staging
 
 def _act(ns: argparse.Namespace, broker: StagingBroker, layout: Layout,
          message_id: str) -> OrderOutcome | None:
-    from bridge.staging import tools
+    from bridge.staging import operations
 
     if ns.action == "cancel":
-        return tools.cancel(broker, layout, message_id, scan=ns.scan)
+        return operations.cancel(broker, layout, message_id, scan=ns.scan)
     if ns.action == "release":
-        return tools.release_now(broker, layout, message_id)
-    return tools.reschedule(broker, layout, message_id, ns.due_ms)
+        return operations.release_now(broker, layout, message_id)
+    return operations.reschedule(broker, layout, message_id, ns.due_ms)
 
 
 def _journal_outcome(ns: argparse.Namespace, settings: Settings, outcome: OrderOutcome) -> None:

@@ -17,7 +17,7 @@ from adapters.base import Message, StagingBroker
 from bridge.app.brokers import broker_as, staging_broker
 from bridge.app.config import Settings
 from bridge.intercept.scheduler import BROWSE, REMOVE, Request
-from bridge.staging import envelope, series, tools
+from bridge.staging import envelope, listing, operations, series
 from bridge.staging.levels import Layout
 from policies.errors import PutRefused, Refused
 from policies.scheduler import JOB_ID
@@ -43,7 +43,7 @@ class SchedulerAdmin:
                 return
             for message in mine:
                 message_id = message.headers[envelope.MESSAGE_ID]
-                tools.cancel(own, self.layout, message_id)
+                operations.cancel(own, self.layout, message_id)
             self._log.info("scheduled messages removed", action=request.action,
                            login=request.principal.login, removed=len(mine))
         finally:
@@ -53,7 +53,7 @@ class SchedulerAdmin:
         """The user's staged copies the request is about."""
         login = request.principal.login
         found = []
-        for message in tools.staged_messages(own, self.layout):
+        for message in listing.staged_messages(own, self.layout):
             headers = message.headers
             if headers.get(envelope.SENDER) != login or login is None:
                 continue

@@ -63,7 +63,7 @@ NOTE_DETAIL = PREFIX + "note-detail"
 # What an engine answers a reschedule whose new due time is not before the message's expiry.
 EXPIRY_ERROR = "expiry-error"
 # On a LIST order: "1" = each row with the staged copy's headers and body (base64): what the
-# scheduler's management destination browses (``bridge.staging.tools.staged_messages``).
+# scheduler's management destination browses (``bridge.staging.listing.staged_messages``).
 BODIES = PREFIX + "bodies"
 KEEP_MS = 600_000
 # A staged cancel comes due this long before its message: every engine then remembers it for

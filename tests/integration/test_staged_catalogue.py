@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from adapters.base import Message, StagingBroker
-from bridge.staging import envelope, tools
+from bridge.staging import envelope, listing, operations
 from bridge.staging.levels import Layout
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
@@ -52,7 +52,7 @@ def staged(bridge: BridgeProcess, layout: Layout, *args: str) -> subprocess.Comp
 
 
 def ids(adapter: StagingBroker, layout: Layout, **how: object) -> list[str]:
-    return [r.message_id for r in tools.rows(adapter, layout, **how)]  # type: ignore[arg-type]
+    return [r.message_id for r in listing.rows(adapter, layout, **how)]  # type: ignore[arg-type]
 
 
 def test_list_and_cancel_answer_from_the_catalogue(
@@ -77,7 +77,7 @@ def test_list_and_cancel_answer_from_the_catalogue(
     foreign = headers[envelope.MESSAGE_ID]
 
     deadline = time.monotonic() + 10
-    while (len(rows := tools.catalogued_rows(adapter, layout, target=dest, message_id=None,
+    while (len(rows := listing.catalogued_rows(adapter, layout, target=dest, message_id=None,
                                              wait_s=2.0) or []) < 2
            and time.monotonic() < deadline):
         time.sleep(0.1)  # the engine subscribes; the catalogue's writer commits
@@ -100,7 +100,7 @@ def test_list_and_cancel_answer_from_the_catalogue(
     # On the queues: the staged cancel (never listed), the others, and the message itself
     # unless the engine met it since (it heads its level: the engine then drops it at once, by
     # the order it was told).
-    counted = tools.count(adapter, layout)
+    counted = listing.count(adapter, layout)
     after = set(ids(adapter, layout, target=dest, scan=True))
     assert after - {thirty_days} == {two_hours, foreign}, after
     # The other target's and the cancel too. A count adds the queues' depths to what the
@@ -142,10 +142,10 @@ def test_a_staged_cancel_drops_its_message_when_it_comes_due(
     conn.send(dest, "never", headers={"x-delay": "4000", "receipt": "a"})
     conn.send(dest, "kept", headers={"x-delay": "4000", "receipt": "b"})
     assert inbox.wait_receipt("a") and inbox.wait_receipt("b")
-    victim = next(r.message_id for r in tools.rows(adapter, layout, target=dest)
+    victim = next(r.message_id for r in listing.rows(adapter, layout, target=dest)
                   if r.size == len("never"))
     before = bridge.metric("jms_bridge_staging_cancelled_total")
-    where, copy, _ = tools.staged_cancel(adapter.format, layout, victim, due_ms=sent + 1_500,
+    where, copy, _ = operations.staged_cancel(adapter.format, layout, victim, due_ms=sent + 1_500,
                                          now_ms=now_ms())
     adapter.publish(where, copy)
     got = inbox.take(1, timeout=8)

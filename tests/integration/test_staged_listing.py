@@ -21,7 +21,7 @@ import pytest
 import stomp
 
 from adapters import activemq, rabbitmq
-from bridge.staging import tools
+from bridge.staging import listing
 from bridge.staging.levels import Layout, layout_for
 from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
@@ -146,7 +146,7 @@ def test_every_pending_message_is_listed(
             # before this reads it).
             expected = {m: due for m, due in expected.items()
                         if (arrived := arrivals.get(m)) is None or arrived >= started}
-            listed = {r.message_id for r in tools.rows(adapter, layout, target=dest)}
+            listed = {r.message_id for r in listing.rows(adapter, layout, target=dest)}
             ended = now_ms()
             listings += 1
             for message_id, due in expected.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.base import Held, Message
-from bridge.staging import orders, tools
+from bridge.staging import operations, orders
 from bridge.staging.catalogue import (
     Catalogue,
     CatalogueSink,
@@ -151,7 +151,7 @@ def test_a_staged_cancel_comes_due_before_its_message_and_drops_it() -> None:
     broker.connect()
     victim = put_staged(broker, delay_ms=3 * DAY_MS, now=T0)
     kept = put_staged(broker, delay_ms=3 * DAY_MS, now=T0)
-    tools.stage_cancel(broker, LAYOUT, victim, due_ms=T0 + 3 * DAY_MS - CANCEL_LEAD_MS,
+    operations.stage_cancel(broker, LAYOUT, victim, due_ms=T0 + 3 * DAY_MS - CANCEL_LEAD_MS,
                        now_ms=T0)
     assert staged_left(broker) == 3
     # Started after the cancel, the engine did not hear it told: only the staged one works.
@@ -186,11 +186,11 @@ def test_cancel_of_a_catalogued_message_due_later_is_staged(tmp_path: Path) -> N
     broker = Answers([Entry("ID:far", TARGET, now + DAY_MS, 3),
                       Entry("ID:near", TARGET, now + 60_000, 3)])
     broker.connect()
-    outcome = tools.cancel(broker, LAYOUT, "ID:far", answer_s=2.0)
+    outcome = operations.cancel(broker, LAYOUT, "ID:far", answer_s=2.0)
     assert outcome is not None and outcome.done == "cancelled" and outcome.due_ms == now + DAY_MS
     assert "dropped then, not delivered" in outcome.describe("ID:far")
     assert staged_left(broker) == 1  # the staged cancel
-    near = tools.cancel(broker, LAYOUT, "ID:near", answer_s=0.2)
+    near = operations.cancel(broker, LAYOUT, "ID:near", answer_s=0.2)
     assert near is None  # due within the lead: the queues and the engines, as before
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.base import Held, Message
-from bridge.staging import envelope, orders, tools
+from bridge.staging import envelope, listing, operations, orders
 from bridge.staging.engine import DECLARE_LATER_MS
 from bridge.staging.orders import Order, OrderAction, Orders
 from policies.reasons import MQRC_NOT_AUTHORIZED
@@ -28,7 +28,7 @@ REPLY = LAYOUT.control + ".reply.test"
 
 
 def give(broker: MemoryBroker, action: OrderAction, message_id: str) -> Order:
-    """What ``tools.ask_engines`` publishes."""
+    """What ``operations.ask_engines`` publishes."""
     order = Order.new(action, message_id, REPLY)
     broker.publish(orders.destination(LAYOUT.control), order.message())
     return order
@@ -230,7 +230,7 @@ def test_tool_takes_from_the_queue_without_asking_the_engines() -> None:
     broker = EngineHolds({})
     broker.connect()
     message_id = stage(broker, delay_ms=86_400_000, now=T0)
-    outcome = tools.cancel(broker, LAYOUT, message_id, answer_s=5.0)
+    outcome = operations.cancel(broker, LAYOUT, message_id, answer_s=5.0)
     assert outcome is not None and (outcome.done, outcome.by_engine) == ("cancelled", False)
     assert outcome.staged is not None  # the copy it took, for its journal event
     assert outcome.staged.headers["jms-bridge-message-id"] == message_id
@@ -240,10 +240,10 @@ def test_tool_takes_from_the_queue_without_asking_the_engines() -> None:
 def test_tool_orders_the_engine_that_holds_the_message() -> None:
     broker = EngineHolds({"ID:held": "cancelled", "ID:gone": "expired"})
     broker.connect()
-    outcome = tools.cancel(broker, LAYOUT, "ID:held", answer_s=5.0)
-    assert outcome == tools.OrderOutcome("cancelled", by_engine=True) and outcome.as_asked
+    outcome = operations.cancel(broker, LAYOUT, "ID:held", answer_s=5.0)
+    assert outcome == operations.OrderOutcome("cancelled", by_engine=True) and outcome.as_asked
     assert [o.action for o in broker.orders] == [OrderAction.CANCEL]
-    expired = tools.release_now(broker, LAYOUT, "ID:gone", answer_s=5.0)
+    expired = operations.release_now(broker, LAYOUT, "ID:gone", answer_s=5.0)
     assert expired is not None and not expired.as_asked
     assert "time to live" in expired.describe("ID:gone")
 
@@ -251,7 +251,7 @@ def test_tool_orders_the_engine_that_holds_the_message() -> None:
 def test_tool_finds_nothing_when_no_engine_answers() -> None:
     broker = EngineHolds({})
     broker.connect()
-    assert tools.cancel(broker, LAYOUT, "ID:nowhere", answer_s=0.05) is None
+    assert operations.cancel(broker, LAYOUT, "ID:nowhere", answer_s=0.05) is None
     assert [o.message_id for o in broker.orders] == ["ID:nowhere"]
 
 
@@ -259,7 +259,7 @@ def test_tool_not_allowed_to_give_orders_looks_on_the_queues_only() -> None:
     broker = EngineHolds({"ID:held": "cancelled"})
     broker.connect()
     broker.refuse_listen = MQRC_NOT_AUTHORIZED
-    assert tools.cancel(broker, LAYOUT, "ID:held", answer_s=5.0) is None
+    assert operations.cancel(broker, LAYOUT, "ID:held", answer_s=5.0) is None
     assert broker.orders == []
 
 
@@ -323,24 +323,24 @@ def test_list_adds_what_the_engines_hold_once_where_the_broker_does_not_show_it(
     broker = EngineLists(engines=2, held={"ID:held": T0 + 5_000})
     broker.connect()
     queued = stage(broker, delay_ms=86_400_000, now=T0)
-    found = {r.message_id: r for r in tools.rows(broker, LAYOUT, answer_s=5.0)}
+    found = {r.message_id: r for r in listing.rows(broker, LAYOUT, answer_s=5.0)}
     assert set(found) == {queued, "ID:held"}
     assert found["ID:held"].due_ms == T0 + 5_000 and found["ID:held"].size == 2
     assert found["ID:held"].queue == LAYOUT.ready
-    assert [r.message_id for r in tools.rows(broker, LAYOUT, message_id="ID:held",
+    assert [r.message_id for r in listing.rows(broker, LAYOUT, message_id="ID:held",
                                               answer_s=5.0)] == ["ID:held"]
 
 
 def test_list_asks_no_engine_when_none_runs_and_asks_them_on_activemq_too() -> None:
     idle = EngineLists(engines=0, held={"ID:held": T0})
     idle.connect()
-    assert list(tools.rows(idle, LAYOUT, answer_s=5.0)) == []
+    assert list(listing.rows(idle, LAYOUT, answer_s=5.0)) == []
     assert idle.published == []
     amq = MemoryBroker("activemq")
     amq.connect()
     amq.extra_consumers = {LAYOUT.ready: 1}
     stage(amq, delay_ms=86_400_000, now=T0)
-    assert len(list(tools.rows(amq, LAYOUT, answer_s=0.2))) == 1
+    assert len(list(listing.rows(amq, LAYOUT, answer_s=0.2))) == 1
     # Asked whether the engine keeps a staged catalogue (it did not answer), then, after the
     # queues were read, for what it holds and moved meanwhile: ActiveMQ's browser does not
     # show every message a consumer holds, nor one moved onto a queue already read.
@@ -348,7 +348,7 @@ def test_list_asks_no_engine_when_none_runs_and_asks_them_on_activemq_too() -> N
     assert destination == orders.destination(LAYOUT.control)
     assert asked.headers[orders.CATALOGUE] == "1"
     assert orders.CATALOGUE not in listed.headers and orders.MOVED_WITHIN in listed.headers
-    assert list(tools.rows(amq, LAYOUT, scan=True)) and len(amq.published) == 3
+    assert list(listing.rows(amq, LAYOUT, scan=True)) and len(amq.published) == 3
 
 
 def test_the_engine_listens_again_after_a_reconnect() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from adapters.base import Message
-from bridge.staging import envelope, tools
+from bridge.staging import envelope, listing, operations
 from policies.errors import PutRefused
 from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
 from tests.unit.memory_broker import MemoryBroker
@@ -35,25 +35,25 @@ class HeldForAWhile(MemoryBroker):
 
 
 def staged_count(broker: MemoryBroker) -> int:
-    return sum(1 for _ in tools.rows(broker, LAYOUT))
+    return sum(1 for _ in listing.rows(broker, LAYOUT))
 
 
 def test_cancel_finds_the_message_on_whichever_level_it_waits() -> None:
     broker = MemoryBroker()
     broker.connect()
     ids = [stage(broker, delay_ms=d, now=T0) for d in (5_000, 3_600_000, 30 * 86_400_000)]
-    taken = tools.take(broker, LAYOUT, ids[1])
+    taken = operations.take(broker, LAYOUT, ids[1])
     assert taken is not None and taken.headers[envelope.MESSAGE_ID] == ids[1]
-    assert {r.message_id for r in tools.rows(broker, LAYOUT)} == {ids[0], ids[2]}
-    assert tools.take(broker, LAYOUT, ids[1]) is None
-    assert tools.take(broker, LAYOUT, "ID:never-staged") is None
+    assert {r.message_id for r in listing.rows(broker, LAYOUT)} == {ids[0], ids[2]}
+    assert operations.take(broker, LAYOUT, ids[1]) is None
+    assert operations.take(broker, LAYOUT, "ID:never-staged") is None
 
 
 def test_cancel_waits_while_the_engine_holds_the_message() -> None:
     broker = HeldForAWhile(busy=3)
     broker.connect()
     message_id = stage(broker, delay_ms=86_400_000, now=T0)
-    assert tools.take(broker, LAYOUT, message_id, patience_s=5.0) is not None
+    assert operations.take(broker, LAYOUT, message_id, patience_s=5.0) is not None
     assert broker.takes == 4 and staged_count(broker) == 0
 
 
@@ -61,8 +61,8 @@ def test_cancel_gives_up_with_a_clear_error_and_leaves_the_message_staged() -> N
     broker = HeldForAWhile(busy=10**6)
     broker.connect()
     message_id = stage(broker, delay_ms=86_400_000, now=T0)
-    with pytest.raises(tools.Busy, match=f"{message_id} .* held by the staging engine"):
-        tools.take(broker, LAYOUT, message_id, patience_s=0.3)
+    with pytest.raises(operations.Busy, match=f"{message_id} .* held by the staging engine"):
+        operations.take(broker, LAYOUT, message_id, patience_s=0.3)
     assert staged_count(broker) == 1
 
 
@@ -70,7 +70,7 @@ def test_release_now_puts_the_original_to_its_target_then_removes_the_staged_cop
     broker = MemoryBroker()
     broker.connect()
     message_id = stage(broker, delay_ms=86_400_000, now=T0, body=b"payload")
-    assert tools.release_now(broker, LAYOUT, message_id)
+    assert operations.release_now(broker, LAYOUT, message_id)
     ((_, destination, message),) = broker.published
     assert destination == TARGET and message.body == b"payload"
     assert message.headers["x-app"] == "kept"
@@ -85,14 +85,14 @@ def test_release_now_refused_by_the_target_keeps_the_staged_copy() -> None:
     broker.refuse(TARGET, MQRC_UNKNOWN_OBJECT_NAME, "no such queue")
     message_id = stage(broker, delay_ms=86_400_000, now=T0)
     with pytest.raises(PutRefused):
-        tools.release_now(broker, LAYOUT, message_id)
+        operations.release_now(broker, LAYOUT, message_id)
     assert staged_count(broker) == 1
 
 
 def test_release_now_of_an_unknown_message_is_false() -> None:
     broker = MemoryBroker()
     broker.connect()
-    assert tools.release_now(broker, LAYOUT, "ID:never-staged",
+    assert operations.release_now(broker, LAYOUT, "ID:never-staged",
                              answer_s=0.05) is None
     assert [d for _, d, _ in broker.published] == ["/topic/" + LAYOUT.control], "only the order"
 
@@ -110,7 +110,7 @@ def test_count_adds_the_brokers_own_counts_without_reading_a_message(name: str) 
     broker.connect()
     for d in (5_000, 3_600_000, 3_600_000, 30 * 86_400_000):
         stage(broker, delay_ms=d, now=T0)
-    assert tools.count(broker, LAYOUT, answer_s=0.1) == 4
+    assert listing.count(broker, LAYOUT, answer_s=0.1) == 4
     assert broker.counts == 1
 
 
@@ -133,19 +133,19 @@ def test_a_listing_the_broker_cuts_short_names_the_queues_and_what_it_did_not_sh
             stage(broker, delay_ms=3_600_000, now=T0)
         stage(broker, delay_ms=5_000, now=T0)
         unseen: dict[str, tuple[int, int]] = {}
-        assert len(list(tools.rows(broker, LAYOUT, unseen=unseen))) == listed
+        assert len(list(listing.rows(broker, LAYOUT, unseen=unseen))) == listed
         if page == 100:
             assert unseen == {}
             continue
         ((queue, (shown, counted)),) = unseen.items()
         assert (shown, counted) == (2, 5)
-        warning = tools.unseen_warning(unseen)
+        warning = listing.unseen_warning(unseen)
         assert "2 of the 5 messages" in warning and queue in warning
 
 
 def test_the_listing_reads_the_queues_in_the_order_messages_move_through_them() -> None:
     from bridge.staging.levels import Layout
-    from bridge.staging.tools import scan_order
+    from bridge.staging.listing import scan_order
 
     for layout in (Layout("jbt-listing"), Layout("jbt-listing", second_levels=True)):
         order = scan_order(layout)
