@@ -81,6 +81,16 @@ def consumed_from(delivery: Delivery, broker: str) -> str | None:
     return None
 
 
+def back_to(delivery: Delivery, queue: str, broker: str) -> str:
+    """Where a copy redelivered at once is sent: on RabbitMQ, the queue the subscription reads
+    when it names it ``/amq/queue/X`` (a SEND to ``/queue/X`` declares X again, which RabbitMQ
+    refuses for a queue declared with other arguments, closing the connection); else
+    ``queue``, where the delivery came from."""
+    if broker == "rabbitmq" and delivery.source.startswith("/amq/queue/"):
+        return delivery.source
+    return queue
+
+
 class Pending:
     def __repr__(self) -> str:
         return "PENDING"
@@ -222,7 +232,8 @@ class RedeliveryInterceptor(Interceptor):
                     # upstream connection closes, flagged redelivered (one more delivery). A
                     # copy put now could be dispatched to the departing subscription itself.
                     return None
-                return Copy(d.ack_id, queue, _left(headers, expires_ms, now))
+                return Copy(d.ack_id, back_to(d, queue, self.table.broker),
+                            _left(headers, expires_ms, now))
             return self._staged(d, queue, headers, now + action.delay_ms, now, expires_ms)
         if isinstance(action, Delete):
             outcomes.append(MessageOutcome(Kind.DELETED, now, original_id, queue,

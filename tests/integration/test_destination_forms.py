@@ -57,11 +57,11 @@ def _broker_channel() -> tuple[pika.BlockingConnection, Any]:
     return conn, conn.channel()
 
 
-def _queue(stem: str) -> str:
+def _queue(stem: str, arguments: dict[str, Any] | None = None) -> str:
     """A durable queue of its own, bound to amq.direct by its name, and its dead-letter queue."""
     queue = f"{stem}.{uuid.uuid4().hex[:8]}"
     conn, channel = _broker_channel()
-    channel.queue_declare(queue, durable=True)
+    channel.queue_declare(queue, durable=True, arguments=arguments)
     channel.queue_bind(queue, "amq.direct", routing_key=queue)
     conn.close()
     return queue
@@ -129,18 +129,21 @@ def test_an_amqp_consumer_of_the_queue_meets_the_queue_pattern(bridge: BridgePro
     assert props.headers[envelope.POLICY] == f"jmsjca: {POLICY}"
 
 
-@pytest.mark.parametrize(("stem", "exchange"), [
+@pytest.mark.parametrize(("stem", "exchange", "arguments"), [
     # Published through an exchange: the MESSAGE says /exchange/amq.direct/..., the subscriber
     # consumes the queue.
-    (BY_QUEUE, "amq.direct"),
+    (BY_QUEUE, "amq.direct", None),
     # Published to the queue: the MESSAGE says /queue/..., the policy is keyed /amq/queue/...
-    (BY_AMQ, ""),
-], ids=["through-an-exchange", "to-the-queue"])
+    (BY_AMQ, "", None),
+    # The same to a queue declared with arguments: a copy sent to /queue/... would declare it
+    # again without them, and RabbitMQ would close the consumer's connection.
+    (BY_AMQ, "", {"x-max-length": 1000}),
+], ids=["through-an-exchange", "to-the-queue", "to-a-queue-with-arguments"])
 def test_a_stomp_amq_queue_subscriber_meets_the_queue_s_pattern(
-    bridge: BridgeProcess, stem: str, exchange: str,
+    bridge: BridgeProcess, stem: str, exchange: str, arguments: dict[str, Any] | None,
 ) -> None:
     broker = BROKERS["rabbitmq"]
-    queue = _queue(stem)
+    queue = _queue(stem, arguments)
     _publish(queue, b"stomp poison", exchange)
     conn, inbox = connect(bridge.stomp_port, broker.user, broker.password)
     conn.subscribe(f"/amq/queue/{queue}", id="s", ack="client-individual")
