@@ -51,7 +51,8 @@ class BridgeProcess:
     staging_prefix: str = field(default_factory=lambda: f"jbt-staging-{uuid.uuid4().hex[:8]}")
 
     def __post_init__(self) -> None:
-        if "--staging-prefix" in self.extra:
+        self.own_prefix = "--staging-prefix" not in self.extra  # removed when it stops
+        if not self.own_prefix:
             self.staging_prefix = self.extra[self.extra.index("--staging-prefix") + 1]
 
     def command(self) -> list[str]:
@@ -109,7 +110,35 @@ class BridgeProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log_file.close()
+        if self.own_prefix and self.broker == "rabbitmq":
+            self._remove_staging_queues()
         return self.proc.returncode
+
+    def _remove_staging_queues(self) -> None:
+        """Delete the staging queues of a prefix made for this bridge alone: RabbitMQ keeps
+        every queue, and with thousands of them its management API lists them too slowly for
+        the tools and the console that read it."""
+        import pika
+
+        from adapters import rabbitmq
+        from bridge.staging.levels import layout_for
+
+        layout = layout_for(rabbitmq.FORMAT, self.staging_prefix)
+        try:
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", 5672, credentials=pika.PlainCredentials("guest", "guest")))
+        except pika.exceptions.AMQPError:
+            return  # no broker: the tests that needed one have failed already
+        try:
+            channel = conn.channel()
+            for queue in layout.all_queues:
+                channel.queue_delete(queue)
+            channel.exchange_delete(layout.expired)
+        except pika.exceptions.AMQPError:
+            pass  # left to the suite's end-of-run clean-up
+        finally:
+            if conn.is_open:
+                conn.close()
 
     def http(self, path: str, method: str = "GET", *, authorized: bool = True,
              timeout: float = 5) -> tuple[int, str]:
