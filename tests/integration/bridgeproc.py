@@ -122,23 +122,13 @@ class BridgeProcess:
 
         from adapters import rabbitmq
         from bridge.staging.levels import layout_for
+        from tests.integration.brokers import BROKERS
+        from tests.integration.staging_util import clean
 
-        layout = layout_for(rabbitmq.FORMAT, self.staging_prefix)
         try:
-            conn = pika.BlockingConnection(pika.ConnectionParameters(
-                "127.0.0.1", 5672, credentials=pika.PlainCredentials("guest", "guest")))
-        except pika.exceptions.AMQPError:
-            return  # no broker: the tests that needed one have failed already
-        try:
-            channel = conn.channel()
-            for queue in layout.all_queues:
-                channel.queue_delete(queue)
-            channel.exchange_delete(layout.expired)
+            clean(BROKERS["rabbitmq"], layout_for(rabbitmq.FORMAT, self.staging_prefix))
         except pika.exceptions.AMQPError:
             pass  # left to the suite's end-of-run clean-up
-        finally:
-            if conn.is_open:
-                conn.close()
 
     def http(self, path: str, method: str = "GET", *, authorized: bool = True,
              timeout: float = 5) -> tuple[int, str]:
