@@ -82,12 +82,18 @@ class QueueTools(Protocol):
 
     def close(self) -> None: ...
 
-    def queue_sizes(self) -> dict[str, int]:
-        """Every queue the broker shows, with its message count; raises BrokerUnavailable when
-        the broker does not list its queues (RabbitMQ without the management API)."""
+    def queue_sizes(self, matching: str | None = None) -> dict[str, int]:
+        """The queues the broker shows whose names contain a match of ``matching`` (a regular
+        expression; None: every queue), with their message counts. The broker filters where it
+        can: RabbitMQ reads the expression as a PCRE and always caseless, so keep to what
+        Python's re reads alike and say ``(?i)``. Raises BrokerUnavailable when the broker
+        does not list its queues (RabbitMQ without its management API, or that API not
+        answering)."""
 
     def size(self, queue: str) -> int | None:
-        """How many messages ``queue`` has; None when the broker has no such queue."""
+        """How many messages ``queue`` has; None when the broker has no such queue; PutRefused
+        (MQRC_OBJECT_IN_USE) for a queue only another connection may look at (RabbitMQ's
+        exclusive queues)."""
 
     def inspect(self, queue: str) -> Iterator[Found]:
         """Every message of ``queue``, head first, none removed (a generator: close it to stop

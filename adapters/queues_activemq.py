@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import queue as queues
+import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
 from stomp import Connection12  # type: ignore[import-untyped]
@@ -61,13 +62,18 @@ class ActiveMQQueues(ActiveMQ):
 
     # -- sizes ---------------------------------------------------------------------------------
 
-    def queue_sizes(self) -> dict[str, int]:
-        """Every queue, from one statistics request for ``>``."""
+    def queue_sizes(self, matching: str | None = None) -> dict[str, int]:
+        """From one statistics request for every queue (``>``): its destination wildcards
+        cannot say ``matching``, so the names are picked here."""
+        pick = re.compile(matching).search if matching is not None else None
         sizes: dict[str, int] = {}
         try:
             for name, values in self._statistics_rows(">", LIST_TIMEOUT_S):
-                if name.startswith("queue://"):
-                    sizes[name.removeprefix("queue://")] = int(str(values.get("size", 0)))
+                if not name.startswith("queue://"):
+                    continue
+                name = name.removeprefix("queue://")
+                if pick is None or pick(name):
+                    sizes[name] = int(str(values.get("size", 0)))
             return sizes
         except queues.Empty:
             self._close_statistics()

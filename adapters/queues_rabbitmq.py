@@ -33,9 +33,14 @@ from adapters.base import Message
 from adapters.queues import KEEP, Drop, Found, Keep, Put, SweepAction, SweepReport, Visit
 from adapters.rabbitmq import RabbitMQ
 from adapters.rabbitmq_connection import close_quietly, refusal_reason, unflushed
+from adapters.rabbitmq_management import queue_counts
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.errors import BrokerUnavailable, PutRefused
-from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_UNKNOWN_OBJECT_NAME
+from policies.reasons import (
+    MQRC_OBJECT_IN_USE,
+    MQRC_PROPERTY_VALUE_BAD,
+    MQRC_UNKNOWN_OBJECT_NAME,
+)
 
 PREFETCH = 1000
 MAX_CREDIT = 65535
@@ -87,22 +92,24 @@ class RabbitMQQueues(RabbitMQ):
 
     # -- sizes ---------------------------------------------------------------------------------
 
-    def queue_sizes(self) -> dict[str, int]:
-        ep = self._management
-        if ep is None:
+    def queue_sizes(self, matching: str | None = None) -> dict[str, int]:
+        if self._management is None:
             raise BrokerUnavailable(
                 f"{self._where()}: listing queues needs RabbitMQ's management API "
                 "(--upstream-management http://USER:PASS@HOST:15672)")
-        url = self._management_url("?columns=name,messages")
-        try:
-            rows = self._management_json(url)
-        except (OSError, ValueError) as exc:
-            raise BrokerUnavailable(f"RabbitMQ management API at {url}: {exc}") from exc
-        return {str(r["name"]): int(r.get("messages") or 0) for r in rows
-                if isinstance(r, dict) and "name" in r}
+        return queue_counts(self._management, self.endpoint.vhost, matching,
+                            self._http_timeout)
 
     def size(self, queue: str) -> int | None:
-        ok = self._declared_ok(queue)
+        try:
+            ok = self._declared_ok(queue)
+        except BrokerUnavailable as exc:
+            cause = exc.__cause__
+            if (isinstance(cause, pika.exceptions.ChannelClosedByBroker)
+                    and cause.reply_code == 405 and self._main_open()):
+                raise PutRefused(0, MQRC_OBJECT_IN_USE, f"{queue!r} is another connection's "
+                                 "exclusive queue: only it can look at it", queue) from None
+            raise
         return None if ok is None else int(ok.method.message_count or 0)
 
     # -- looking -------------------------------------------------------------------------------

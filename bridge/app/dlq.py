@@ -146,8 +146,8 @@ def run(ns: argparse.Namespace, settings: Settings) -> int:
     try:
         if ns.action == "list":
             named = [queue_name(q, settings.broker) for q in ns.queue or ()]
-            found = ops.candidates(tools, prefix=settings.staging_prefix, named=named)
-            print(ops.render_list(found, as_json=ns.json))
+            listing = ops.candidates(tools, prefix=settings.staging_prefix, named=named)
+            print(ops.render_list(listing, as_json=ns.json))
             return 0
         size = tools.size(queue)
         if size is None:

@@ -1,7 +1,10 @@
 """The dead-letter tools on the admin HTTP API: the same operations as ``jms-bridge dlq``,
 token-protected like ``/staged`` (refused with 403 when the bridge has no token file).
 
-    GET  /dlq                                   candidate dead-letter queues and their counts
+    GET  /dlq                                   candidate dead-letter queues and their counts:
+                                                {"queues": [{"queue", "messages"}],
+                                                 "incomplete": null or why only the queues
+                                                 known by name are there}
     GET  /dlq/{queue}/count?selector=           how many match
     GET  /dlq/{queue}/messages?selector=&limit=&body=true   metadata (and bodies)
     GET  /dlq/{queue}/summary?selector=         how many match, by reason and by original
@@ -86,8 +89,7 @@ class DeadLetterRoutes:
 
     async def listing(self, request: web.Request) -> web.Response:
         def work(tools: QueueTools) -> web.Response:
-            found = ops.candidates(tools, prefix=self.prefix)
-            return web.json_response([{"queue": q, "messages": n} for q, n in found.items()])
+            return web.json_response(ops.candidates(tools, prefix=self.prefix).as_dict())
 
         return await self._run(work)
 

@@ -18,6 +18,7 @@ the original message id it replays.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -174,15 +175,20 @@ def selector_headers(base: HeaderMap) -> HeaderMap:
         "x-first-death-queue", "x-death-queue", "destination")
 
 
-def is_candidate(name: str, prefix: str = "jms-bridge.staging") -> bool:
+# The names of queues that hold dead letters, as one regular expression: a name is one when it
+# contains a match. Kept to what Python's re and RabbitMQ's management API (PCRE, and always
+# caseless) read alike, so the broker can pick the candidates out of its queues by it: the
+# bridge's undelivered and undeliverable queues (``undeliver``), ActiveMQ.DLQ and DLQ.<queue>,
+# <queue>.dlq, -dlq, _dlq, dlq-..., and any name saying ``dead``.
+CANDIDATE_NAMES = r"(?i)(^|\.)dlq(\.|$)|^dlq-|[-_]dlq$|dead|undeliver"
+_CANDIDATE = re.compile(CANDIDATE_NAMES)
+
+
+def is_candidate(name: str) -> bool:
     """Whether a queue's name says it holds dead letters."""
-    low = name.lower()
-    return (name == UNDELIVERED or name == f"{prefix}.undeliverable"
-            or name == "ActiveMQ.DLQ" or name.startswith("DLQ.") or low.endswith(".dlq")
-            or "dlq" in low.split(".") or "dead" in low or "undeliver" in low
-            or low.endswith("-dlq") or low.endswith("_dlq") or low.startswith("dlq-"))
+    return _CANDIDATE.search(name) is not None
 
 
-__all__ = ["BRIDGE_HEADERS", "BROKER_HEADERS", "Info", "REPLAY_OF", "RETRIES", "describe",
-           "destination_name", "facts", "is_candidate", "moved_headers", "replay_headers",
-           "selector_headers"]
+__all__ = ["BRIDGE_HEADERS", "BROKER_HEADERS", "CANDIDATE_NAMES", "Info", "REPLAY_OF", "RETRIES",
+           "describe", "destination_name", "facts", "is_candidate", "moved_headers",
+           "replay_headers", "selector_headers"]

@@ -106,27 +106,47 @@ def _iso(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def candidates(tools: QueueTools, *, prefix: str, named: Sequence[str] = ()) -> dict[str, int]:
-    """The dead-letter queues the broker has (by name), with their message counts."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The dead-letter queues found, with their message counts. ``incomplete`` says why the
+    broker's own list of queues is missing (only the queues known by name are there)."""
+
+    queues: dict[str, int]
+    incomplete: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"queues": [{"queue": q, "messages": n} for q, n in self.queues.items()],
+                "incomplete": self.incomplete}
+
+
+def candidates(tools: QueueTools, *, prefix: str, named: Sequence[str] = ()) -> Listing:
+    """The dead-letter queues the broker has (the names ``metadata.is_candidate`` takes, and
+    ``named``), with their message counts."""
     found: dict[str, int] = {}
+    incomplete = None
+    listed: dict[str, int | None]
     try:
-        sizes = tools.queue_sizes()
-    except BrokerUnavailable:  # a broker that cannot list (no management API): known names
-        sizes = {}
-        for name in (metadata.UNDELIVERED, f"{prefix}.undeliverable", "ActiveMQ.DLQ"):
-            size = tools.size(name)
-            if size is not None:
-                sizes[name] = size
-    for name in sorted(sizes):
-        if metadata.is_candidate(name, prefix):
-            # The broker's own count now (RabbitMQ's management API lags by seconds).
-            size = tools.size(name)
+        listed = dict(tools.queue_sizes(metadata.CANDIDATE_NAMES))
+    except BrokerUnavailable as exc:  # the broker cannot list: the names the bridge knows
+        incomplete = f"the broker did not list its queues: {exc}"
+        listed = dict.fromkeys([metadata.UNDELIVERED, f"{prefix}.undeliverable", "ActiveMQ.DLQ"])
+    for name in sorted(listed):
+        if metadata.is_candidate(name):
+            size = _count(tools, name, listed[name])
             if size is not None:
                 found[name] = size
     for name in named:
-        size = tools.size(name)
-        found[name] = size or 0
-    return found
+        found[name] = _count(tools, name, listed.get(name)) or 0
+    return Listing(found, incomplete)
+
+
+def _count(tools: QueueTools, queue: str, listed: int | None) -> int | None:
+    """The broker's own count now (RabbitMQ's management API lags by seconds); the listed one
+    for a queue only its owner may look at (another connection's exclusive queue)."""
+    try:
+        return tools.size(queue)
+    except PutRefused:
+        return listed
 
 
 def browse(tools: QueueTools, queue: str, picker: Picker, *, limit: int | None,
@@ -264,14 +284,18 @@ class _Stopped(Exception):
 _PAST = {"purge": "purged", "replay": "replayed", "move": "moved", "export": "exported"}
 
 
-def render_list(queues: dict[str, int], *, as_json: bool) -> str:
+def render_list(listing: Listing, *, as_json: bool) -> str:
     if as_json:
-        return json.dumps([{"queue": q, "messages": n} for q, n in queues.items()], indent=2)
-    if not queues:
-        return "no dead-letter queues"
-    width = max(32, *(len(q) for q in queues))
-    lines = [f"{'QUEUE':<{width}} {'MESSAGES':>10}"]
-    lines += [f"{q:<{width}} {n:>10}" for q, n in queues.items()]
+        return json.dumps(listing.as_dict(), indent=2)
+    queues = listing.queues
+    lines = ["no dead-letter queues"] if not queues else []
+    if queues:
+        width = max(32, *(len(q) for q in queues))
+        lines.append(f"{'QUEUE':<{width}} {'MESSAGES':>10}")
+        lines += [f"{q:<{width}} {n:>10}" for q, n in queues.items()]
+    if listing.incomplete is not None:
+        lines.append(f"INCOMPLETE: only the queues known by name are shown; "
+                     f"{listing.incomplete}")
     return "\n".join(lines)
 
 

@@ -169,7 +169,8 @@ def test_browse_count_replay_purge_with_tibco_selector(broker: Broker,
 
     listed = cli(broker, "list", "--queue", dlq, "--json")
     assert listed.returncode == 0, listed.stderr
-    assert {"queue": dlq, "messages": 6} in json.loads(listed.stdout)
+    assert json.loads(listed.stdout)["incomplete"] is None
+    assert {"queue": dlq, "messages": 6} in json.loads(listed.stdout)["queues"]
     counted = cli(broker, "count", "--queue", dlq, "--selector", on_a)
     assert (counted.returncode, counted.stdout.strip()) == (0, "3"), counted.stderr
     shown = cli(broker, "browse", "--queue", dlq, "--selector", on_a, "--json", "--body")
@@ -469,7 +470,8 @@ def test_admin_api(broker: Broker, tools: QueueTools, tmp_path: Path) -> None:
         async with TestClient(TestServer(admin.app)) as client:
             assert (await client.get("/dlq")).status == 401
             listed = await (await client.get("/dlq", headers=bearer)).json()
-            assert {"queue": dlq, "messages": 4} in listed
+            assert {"queue": dlq, "messages": 4} in listed["queues"]
+            assert listed["incomplete"] is None
             eu = {"selector": "region = 'EU'"}
             got = await client.get(f"/dlq/{dlq}/messages", params={**eu, "body": "true"},
                                    headers=bearer)
@@ -680,7 +682,7 @@ def test_every_tool_takes_the_queue_in_each_form_the_bridge_prints(
         counted = cli(broker, "count", "--queue", form)
         assert (counted.returncode, counted.stdout.strip()) == (0, "6"), (form, counted.stderr)
         listed = cli(broker, "list", "--queue", form, "--json")
-        assert {"queue": dlq, "messages": 6} in json.loads(listed.stdout), form
+        assert {"queue": dlq, "messages": 6} in json.loads(listed.stdout)["queues"], form
         shown = cli(broker, "browse", "--queue", form, "--json")
         assert len(json.loads(shown.stdout)) == 6, (form, shown.stderr)
         out = tmp_path / f"export-{len(form)}"

@@ -83,11 +83,31 @@ def test_staged_copy_the_engine_could_not_release() -> None:
 
 @pytest.mark.parametrize(("name", "yes"), [
     ("jms-bridge.undelivered", True), ("jms-bridge.staging.undeliverable", True),
-    ("ActiveMQ.DLQ", True), ("DLQ.orders", True), ("orders.dlq", True), ("orders-dlq", True),
-    ("orders.dead-letters", True), ("orders", False), ("jms-bridge.staging.ready", False),
+    ("other.staging.undeliverable", True), ("ActiveMQ.DLQ", True), ("DLQ.orders", True),
+    ("orders.dlq", True), ("orders.DLQ.eu", True), ("orders-dlq", True), ("orders_DLQ", True),
+    ("dlq-orders", True), ("orders.dead-letters", True), ("DeadLetters", True),
+    ("orders", False), ("jms-bridge.staging.ready", False), ("dlqueue", False),
+    ("orders.dlqs", False), ("xdlq", False), ("dlq_orders", False), ("orders-dlq-eu", False),
 ])
 def test_candidate_names(name: str, yes: bool) -> None:
     assert metadata.is_candidate(name) is yes
+
+
+def _rule(name: str, prefix: str = "jms-bridge.staging") -> bool:
+    """The candidate rule as conditions over the name (the regular expression must agree)."""
+    low = name.lower()
+    return (name == metadata.UNDELIVERED or name == f"{prefix}.undeliverable"
+            or name == "ActiveMQ.DLQ" or name.startswith("DLQ.") or low.endswith(".dlq")
+            or "dlq" in low.split(".") or "dead" in low or "undeliver" in low
+            or low.endswith("-dlq") or low.endswith("_dlq") or low.startswith("dlq-"))
+
+
+def test_the_candidate_expression_says_what_the_rule_says() -> None:
+    parts = ["", "dlq", "DLQ", "Dlq", ".", "-", "_", "orders", "dead", "DeAd", "undeliver",
+             "x", "q", "dl"]
+    names = {a + b + c for a in parts for b in parts for c in parts}
+    for name in sorted(names):
+        assert metadata.is_candidate(name) is _rule(name), name
 
 
 def test_tibco_selector_reads_the_original_destination() -> None:

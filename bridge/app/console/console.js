@@ -112,6 +112,7 @@ function clearData() {
   $("policy-report").replaceChildren();
   $("staged-summary").textContent = "";
   $("dlq-detail").hidden = true;
+  $("dlq-incomplete").hidden = true;
   dlqQueue = null;
 }
 
@@ -255,8 +256,13 @@ function drawDueChart(dues) {
 // -- dead letters ---------------------------------------------------------------------------
 
 async function loadQueues() {
-  const queues = (await api("GET", "/dlq")).filter((q) => q.messages > 0 || !$("dlq-nonempty").checked);
+  const listing = await api("GET", "/dlq");
+  const queues = listing.queues.filter((q) => q.messages > 0 || !$("dlq-nonempty").checked);
   fillTable("dlq-queues", queues, (q) => [q.queue, q.messages, button("Browse", () => openQueue(q.queue))]);
+  // Never a partial list that looks whole: say what is missing and why.
+  $("dlq-incomplete").textContent = listing.incomplete
+    ? `Incomplete: only the queues known by name are shown; ${listing.incomplete}` : "";
+  $("dlq-incomplete").hidden = !listing.incomplete;
 }
 
 async function openQueue(name) {
