@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 import urllib.parse
 import uuid
@@ -27,7 +28,7 @@ from bridge.app.dlq import queue_tools
 from bridge.staging import envelope
 from bridge.staging.levels import layout_for
 from tests.integration.bridgeproc import BridgeProcess
-from tests.integration.brokers import Broker
+from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.clients import connect
 from tests.integration.staging_util import clean
 
@@ -73,12 +74,12 @@ def driver(tmp_path: Path) -> Iterator[Any]:
 
 
 @contextmanager
-def console_bridge(broker: Broker, tmp: Path) -> Iterator[BridgeProcess]:
+def console_bridge(broker: Broker, tmp: Path, management: str = MGMT) -> Iterator[BridgeProcess]:
     fmt = {"rabbitmq": rabbitmq.FORMAT, "activemq": activemq.FORMAT}[broker.name]
     layout = layout_for(fmt, f"jbt-staging-console-{uuid.uuid4().hex[:12]}")
     extra = ["--staging-prefix", layout.prefix]
     if broker.name == "rabbitmq":  # lists the dead-letter queues
-        extra += ["--upstream-management", MGMT]
+        extra += ["--upstream-management", management]
     bridge = BridgeProcess(broker.name, f"{broker.user}:{broker.password}@"
                            f"{broker.stomp_host}:{broker.stomp_port}", tmp / "bridge.log",
                            extra=extra)
@@ -220,6 +221,7 @@ def test_console(broker: Broker, driver: Any, tmp_path: Path) -> None:
         for n, region in ((1, "EU"), (2, "US")):
             publish(f"/queue/{dlq}", dead_letter(run, n, f"/queue/{back}", region))
         listed(dlq, 2)
+        assert not driver.find_element(By.ID, "dlq-incomplete").is_displayed()
         dlq_row = next(tr for tr in driver.find_elements(By.CSS_SELECTOR, "#dlq-queues tbody tr")
                        if tr.find_element(By.TAG_NAME, "td").text == dlq)
         dlq_row.find_element(By.TAG_NAME, "button").click()
@@ -290,6 +292,28 @@ def test_console(broker: Broker, driver: Any, tmp_path: Path) -> None:
         wait.until(lambda d: len(rows("staged-rows")) == 1)
         assert "Not authorized" not in banner()
         assert bridge.admin_token and bridge.admin_token not in bridge.log()
+
+
+def test_console_says_when_the_dead_letter_listing_is_incomplete(
+    driver: Any, tmp_path: Path
+) -> None:
+    """RabbitMQ's management API at a closed port: the console says the dead-letter listing
+    holds only the queues known by name, and why."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    broker = BROKERS["rabbitmq"]
+    require(broker)
+    with socket.socket() as s:  # a port nothing listens on: bound, then let go
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    with console_bridge(broker, tmp_path, f"http://guest:guest@127.0.0.1:{port}") as bridge:
+        driver.get(f"http://127.0.0.1:{bridge.admin_port}/console/#token={bridge.admin_token}")
+        note = driver.find_element(By.ID, "dlq-incomplete")
+        WebDriverWait(driver, 20).until(lambda d: note.is_displayed())
+        assert note.text.startswith("Incomplete: only the queues known by name are shown; "
+                                    "the broker did not list its queues: "), note.text
+        assert f"127.0.0.1:{port}" in note.text
 
 
 @contextmanager
