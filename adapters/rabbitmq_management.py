@@ -82,17 +82,19 @@ def queue_counts(management: Endpoint, vhost: str | None, matching: str | None,
 def _page(management: Endpoint, url: str, timeout: float, page: int) -> dict[str, Any] | None:
     """One page of queues; None for a page past the last (RabbitMQ answers 400 when the list
     has shrunk since the first page)."""
+    where = f"RabbitMQ management API at {url.partition('?')[0]} (page {page})"
     try:
         answer = _get_json(management, url, timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 400 and page > 1:
             return None
-        raise BrokerUnavailable(
-            f"RabbitMQ management API at {url}: HTTP {exc.code} {exc.reason}") from None
+        raise BrokerUnavailable(f"{where}: HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise BrokerUnavailable(f"{where}: {exc.reason}") from None
     except (OSError, ValueError) as exc:
-        raise BrokerUnavailable(f"RabbitMQ management API at {url}: {exc}") from None
+        raise BrokerUnavailable(f"{where}: {exc}") from None
     if not isinstance(answer, dict) or not isinstance(answer.get("items"), list):
-        raise BrokerUnavailable(f"RabbitMQ management API at {url}: not a page of queues")
+        raise BrokerUnavailable(f"{where}: not a page of queues")
     return answer
 
 

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -118,26 +117,18 @@ def test_a_dead_letter_queue_shows_among_many_other_queues(rabbitmq: Broker) -> 
             f"{PREFIX}{run}_undeliverable", f"{PREFIX}{run}-dlqueue", f"{PREFIX}{run}_dlq_x",
             f"{PREFIX}{run}.dlqs", f"{PREFIX}{run}-xdlq"]
     unrelated = [f"{PREFIX}{run}-q{i:04}" for i in range(UNRELATED)]
-    took = time.monotonic()
     with channel(rabbitmq) as ch, queues(ch, [dlq], {dlq: 3}), exclusive([*edge, *unrelated]):
-        print(f"{len(edge) + UNRELATED} queues declared in {time.monotonic() - took:.1f} s")
-        took = time.monotonic()
+        # No filtering here: what comes back is what RabbitMQ matched.
         matched = queue_counts(MANAGEMENT, "/", metadata.CANDIDATE_NAMES)
-        took = time.monotonic() - took
-        print(f"the filtered listing took {took:.2f} s")
         ours = {name for name in matched if name.startswith(f"{PREFIX}{run}")}
         assert ours == {dlq, *(n for n in edge if metadata.is_candidate(n))}
         assert len(ours) == 5, ours  # (the table above is what it says)
-        assert took < 2.0, f"the filtered listing took {took:.1f} s"
 
         # Page by page: every matched queue, whatever the page size.
         paged = queue_counts(MANAGEMENT, "/", metadata.CANDIDATE_NAMES, page_size=2)
         assert {name for name in paged if name.startswith(f"{PREFIX}{run}")} == ours
 
-        took = time.monotonic()
         listed = dlq_list(rabbitmq, "http://guest:guest@127.0.0.1:15672", "--json")
-        print(f"dlq list took {time.monotonic() - took:.2f} s")
-        took = time.monotonic()
         assert listed.returncode == 0, listed.stderr
         answer = json.loads(listed.stdout)
         assert answer["incomplete"] is None
@@ -146,8 +137,6 @@ def test_a_dead_letter_queue_shows_among_many_other_queues(rabbitmq: Broker) -> 
         assert not set(unrelated) & set(names)
         # Exclusive queues of another connection: counted by the management API.
         assert {n for n in edge if metadata.is_candidate(n)} <= set(names)
-        took = time.monotonic()
-    print(f"deleted in {time.monotonic() - took:.2f} s")
 
 
 def test_an_unreachable_management_api_makes_an_incomplete_listing(
@@ -207,3 +196,30 @@ def admin_listing(settings: Settings, tmp: Path) -> dict:  # type: ignore[type-a
             return await got.json()  # type: ignore[no-any-return]
 
     return asyncio.run(get())
+
+
+def test_a_management_api_that_does_not_answer_makes_an_incomplete_listing(
+    rabbitmq: Broker,
+) -> None:
+    """A port that takes the connection and never answers: the listing waits the HTTP timeout
+    (here half a second), then says it is incomplete."""
+    from adapters.queues_rabbitmq import RabbitMQQueues
+    from bridge.app.config import bridge_amqp
+    from bridge.deadletter import ops
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = int(silent.getsockname()[1])
+        settings = resolve({"broker": "rabbitmq", "upstream-stomp": f"stomp://guest:guest@"
+                            f"{rabbitmq.stomp_host}:{rabbitmq.stomp_port}"})
+        tools = RabbitMQQueues(bridge_amqp(settings), http_timeout=0.5,
+                               management=Endpoint("127.0.0.1", port, user="guest",
+                                                   password="guest"))
+        tools.connect()
+        try:
+            listing = ops.candidates(tools, prefix=f"{PREFIX}silent")
+        finally:
+            tools.close()
+    assert listing.incomplete is not None
+    assert f"127.0.0.1:{port}" in listing.incomplete and "timed out" in listing.incomplete
