@@ -23,6 +23,26 @@ def _structlog_as_before() -> Iterator[None]:
     structlog.reset_defaults()
 
 
+# Every JVM the tests start for Spark (the embedded session, the CLI's reports, spark-submit, a
+# standalone cluster's daemons and executors) compiles with the client compiler only and collects
+# garbage on one thread: on small test data a JVM's own optimising compiler and parallel
+# collector cost more CPU than the jobs, and two cores are shared by the whole suite.
+SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spark_jvm_options() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")}
+    for key, value in saved.items():
+        os.environ[key] = f"{value} {SPARK_JVM_OPTIONS}" if value else SPARK_JVM_OPTIONS
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One embedded SparkSession for every PySpark test (starting one takes seconds). Without

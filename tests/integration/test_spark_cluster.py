@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SPARK_JVM_OPTIONS
 from tests.integration.bridgeproc import free_port
 from tests.integration.brokers import BROKERS, require
 from tests.integration.test_pipeline_replay import drain, forget_ledger, target_args, write_archive
@@ -31,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_PYTHON = "/usr/bin/python3"
 EXECUTOR = ["--conf", "spark.executor.memory=500m", "--conf", "spark.cores.max=1",
             "--conf", "spark.sql.shuffle.partitions=4",
-            "--conf", f"spark.pyspark.python={WORKER_PYTHON}"]
+            "--conf", f"spark.pyspark.python={WORKER_PYTHON}",
+            "--conf", f"spark.executor.extraJavaOptions={SPARK_JVM_OPTIONS}"]
 CLUSTER_START_S = 90
 
 
