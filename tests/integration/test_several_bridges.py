@@ -25,6 +25,7 @@ from tests.integration.brokers import Broker
 from tests.integration.clients import connect
 from tests.integration.staging_util import private_bridges, tree
 
+SETTLE_BATCH = 500  # the engine's default batch
 MESSAGES = 3_000
 # What a killed engine can have put and not yet acknowledged: one settle of its batch (the
 # engine's ``batch``, 500); each such message can arrive twice. Well below MESSAGES.
@@ -133,14 +134,17 @@ def test_three_bridges_one_killed_release_every_message_once_or_within_what_was_
         # count reads the broker's counts (a copy between two queues can count twice, or, read
         # between two queues' counts, not at all): within 2 % of what was pending at some moment
         # of the tool's run (releases go on meanwhile, about 300 a second: a run of 2 s on a
-        # loaded machine is 600 of them).
+        # loaded machine is 600 of them), plus, above, the copies each engine has put on their
+        # next queue and not yet taken off the last (one settle batch each: docs/delivery-delay.md,
+        # "With many pending"), many when a loaded machine slows the engines' settles.
         with arrivals.lock:
             pending_before = MESSAGES - len(arrivals.first)
         counted = int(staged(layout, broker, "count")[0])
         with arrivals.lock:
             pending_after = MESSAGES - len(arrivals.first)
         slack = MESSAGES // 50
-        assert pending_after - slack <= counted <= pending_before + slack, \
+        in_flight = len(bridges) * SETTLE_BATCH
+        assert pending_after - slack <= counted <= pending_before + slack + in_flight, \
             f"counted {counted}; {pending_before} pending before the count, {pending_after} after"
 
         # One bridge, with its staging engine, killed at once once releases are under way.
