@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -15,11 +16,23 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Listening ports for test processes: below Linux's ephemeral range (32768-60999), where the
+# suite's thousands of client connections take their local ports, and clear of RabbitMQ's
+# distribution ports (25672 and up, a cluster's nodes). Chosen at random, so that the suite's
+# processes side by side rarely pick the same one before either has bound it.
+PORTS = [*range(20000, 25000), *range(26000, 32000)]
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    for _ in range(100):
+        port = random.choice(PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port to listen on among the suite's ports")
 
 
 def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
