@@ -4,11 +4,8 @@ channel of its own, and a queue's length limits as RabbitMQ's management API sho
 
 from __future__ import annotations
 
-import base64
-import json
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +14,7 @@ import pika.exceptions
 from adapters.base import PutCheck
 from adapters.rabbitmq_connection import Connection, close_quietly, refusal_reason
 from adapters.rabbitmq_delayed import marker_of
+from adapters.rabbitmq_management import get_json, queues_url
 from adapters.rabbitmq_stomp import route
 from policies.endpoints import Endpoint
 from policies.errors import Refused
@@ -131,32 +129,15 @@ class Checks(Connection):
             return False
         return where.exchange == "" and where.declare
 
-    def _management_url(self, rest: str) -> str:
-        """The management API's URL of this vhost's queues, then ``rest``."""
-        ep = self._management
-        assert ep is not None
-        vhost = urllib.parse.quote(self.endpoint.vhost or "/", safe="")
-        return f"http://{ep.host}:{ep.port}/api/queues/{vhost}{rest}"
-
-    def _management_json(self, url: str) -> Any:
-        """GET ``url`` of the management API with its credentials, as JSON; urllib's errors
-        (HTTPError, OSError) and ValueError for a body that is not JSON."""
-        ep = self._management
-        assert ep is not None
-        request = urllib.request.Request(url)
-        token = base64.b64encode(f"{ep.user or 'guest'}:{ep.password or 'guest'}".encode())
-        request.add_header("Authorization", "Basic " + token.decode())
-        with urllib.request.urlopen(request, timeout=self._http_timeout) as answer:
-            return json.loads(answer.read())
-
     def _queue_info(self, queue: str) -> Mapping[str, Any] | None:
         """The management API's view of a queue: arguments, policy, ready bytes; None when it
         does not exist, or the API cannot be asked (logged: the other checks still count)."""
-        url = self._management_url(
-            f"/{urllib.parse.quote(queue, safe='')}"
-            "?columns=arguments,effective_policy_definition,message_bytes_ready")
+        assert self._management is not None
+        url = (f"{queues_url(self._management, self.endpoint.vhost)}/"
+               f"{urllib.parse.quote(queue, safe='')}"
+               "?columns=arguments,effective_policy_definition,message_bytes_ready")
         try:
-            info = self._management_json(url)
+            info = get_json(self._management, url, self._http_timeout)
         except urllib.error.HTTPError as exc:
             if exc.code != 404:
                 self._log.warning("queue limits not seen", queue=queue, url=url,

@@ -26,7 +26,9 @@ PAGE_SIZE = 500  # the most RabbitMQ gives in one page
 ATTEMPTS = 3  # listings begun again when the queues matched changed between two pages
 
 
-def _get_json(management: Endpoint, url: str, timeout: float) -> Any:
+def get_json(management: Endpoint, url: str, timeout: float) -> Any:
+    """GET ``url`` of the management API with its credentials, as JSON; urllib's errors
+    (HTTPError, OSError) and ValueError for a body that is not JSON."""
     request = urllib.request.Request(url)
     token = base64.b64encode(
         f"{management.user or 'guest'}:{management.password or 'guest'}".encode())
@@ -35,7 +37,8 @@ def _get_json(management: Endpoint, url: str, timeout: float) -> Any:
         return json.loads(answer.read())
 
 
-def _queues_url(management: Endpoint, vhost: str | None) -> str:
+def queues_url(management: Endpoint, vhost: str | None) -> str:
+    """The management API's URL of the queues of ``vhost`` (None: ``/``)."""
     path = urllib.parse.quote(vhost or "/", safe="")
     return f"http://{management.host}:{management.port}/api/queues/{path}"
 
@@ -57,7 +60,7 @@ def queue_counts(management: Endpoint, vhost: str | None, matching: str | None,
     the page boundary: when the number matched changes, the listing begins again.
     BrokerUnavailable when the API cannot be asked, does not answer sensibly, or the queues
     keep changing."""
-    base = _queues_url(management, vhost)
+    base = queues_url(management, vhost)
     for _ in range(ATTEMPTS):
         counts: dict[str, int] = {}
         matched: object = None
@@ -84,7 +87,7 @@ def _page(management: Endpoint, url: str, timeout: float, page: int) -> dict[str
     has shrunk since the first page)."""
     where = f"RabbitMQ management API at {url.partition('?')[0]} (page {page})"
     try:
-        answer = _get_json(management, url, timeout)
+        answer = get_json(management, url, timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 400 and page > 1:
             return None
@@ -102,9 +105,9 @@ def queue_arguments(management: Endpoint, vhost: str | None, queue: str,
                     timeout: float = 5.0) -> dict[str, object] | None:
     """``queue``'s arguments in ``vhost`` (None: the default ``/``); None when there is no such
     queue. BrokerUnavailable when the API cannot be asked or does not answer sensibly."""
-    url = f"{_queues_url(management, vhost)}/{urllib.parse.quote(queue, safe='')}"
+    url = f"{queues_url(management, vhost)}/{urllib.parse.quote(queue, safe='')}"
     try:
-        info = _get_json(management, url, timeout)
+        info = get_json(management, url, timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None

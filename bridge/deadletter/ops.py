@@ -288,11 +288,12 @@ def render_list(listing: Listing, *, as_json: bool) -> str:
     if as_json:
         return json.dumps(listing.as_dict(), indent=2)
     queues = listing.queues
-    lines = ["no dead-letter queues"] if not queues else []
     if queues:
         width = max(32, *(len(q) for q in queues))
-        lines.append(f"{'QUEUE':<{width}} {'MESSAGES':>10}")
+        lines = [f"{'QUEUE':<{width}} {'MESSAGES':>10}"]
         lines += [f"{q:<{width}} {n:>10}" for q, n in queues.items()]
+    else:
+        lines = ["no dead-letter queues"]
     if listing.incomplete is not None:
         lines.append(f"INCOMPLETE: only the queues known by name are shown; "
                      f"{listing.incomplete}")
