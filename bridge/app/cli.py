@@ -158,13 +158,10 @@ EXIT_NOT_FOUND = 3
 
 
 def _staged(ns: argparse.Namespace, settings: Settings) -> int:
-    from adapters import speedups
     from bridge.app.brokers import staging_broker
     from bridge.staging import listing, operations
     from bridge.staging.levels import layout_for
 
-    # The tools browse every staging queue: the adapters' library speed-ups pay here too.
-    speedups.install()
     broker = staging_broker(settings)
     layout = layout_for(broker.format, settings.staging_prefix)
     broker.connect()

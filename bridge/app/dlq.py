@@ -124,9 +124,6 @@ def _limit(ns: argparse.Namespace) -> int | None:
 
 
 def run(ns: argparse.Namespace, settings: Settings) -> int:
-    from adapters import speedups
-
-    speedups.install()
     limit = _limit(ns)
     queue = ns.queue if isinstance(ns.queue, str) and ns.queue else settings.undelivered_queue
     queue = queue_name(queue, settings.broker)  # /queue/X, /amq/queue/X or X: the queue X

@@ -23,10 +23,8 @@ import os
 import signal
 import sys
 import time
-import warnings
 from collections.abc import MutableSequence
 
-from adapters import speedups
 from bridge.app import logs
 from bridge.app.brokers import staging_broker
 from bridge.app.config import Settings
@@ -146,7 +144,6 @@ def _main(
     signal.signal(signal.SIGTERM, lambda _signum, _frame: asked.set())
     logs.configure(settings.log_format, settings.log_level)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    _speed_up()
     writer: JournalWriter | None = None
     if journal is not None:  # the engine's own files, next to the bridge's
         spec, counters = journal
@@ -190,18 +187,6 @@ class _Asked:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.flag or self.event.wait(timeout)
-
-
-def _speed_up() -> None:
-    """The engine moves thousands of messages a second through pika or stomp.py: install the
-    speed-ups of ``adapters.speedups`` in this process, and say which."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        installed = speedups.install()
-    log = logs.get("staging")
-    for warning in caught:
-        log.warning(str(warning.message))
-    log.debug("library speed-ups installed", installed=installed)
 
 
 def _die_with(parent: int) -> None:

@@ -164,7 +164,6 @@ def done_keys(target: Target) -> set[str]:
 def publish_partition(target: Target, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Put a partition's rows, a batch (and its ledger entry) per transaction; yields one
     count of replayed and failed (by reason) for the partition."""
-    from adapters import speedups
     from adapters.base import Message
     from adapters.queues import Put
     from bridge.deadletter.metadata import describe, replay_headers
@@ -172,7 +171,6 @@ def publish_partition(target: Target, rows: Iterable[Any]) -> Iterator[dict[str,
 
     _quiet_logs()
     _no_sigint()
-    speedups.install()  # this worker process publishes in bulk, as the staging engine does
     tools = target.tools()
     fmt = tools.format
     ledger_dest = f"/queue/{target.ledger_queue}"

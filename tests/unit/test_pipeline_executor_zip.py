@@ -17,7 +17,6 @@ import sys
 sys.path[:0] = {paths!r}
 from importlib import metadata
 import bridge.pipeline.replay as replay
-from adapters import speedups
 from adapters.base import Message
 from adapters.queues import Put
 import adapters.queues_rabbitmq, adapters.queues_activemq
@@ -25,9 +24,6 @@ from bridge.deadletter.metadata import describe, replay_headers
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, PutRefused
 replay._quiet_logs()
-speedups.install()
-assert speedups.installed(), "the speed-ups stood down: no versions to check"
-speedups.uninstall()
 assert metadata.version("pika")
 outside = [m.__file__ for m in list(sys.modules.values())
            if getattr(m, "__file__", None) and "site-packages" in m.__file__
