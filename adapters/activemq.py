@@ -35,12 +35,12 @@ import time
 from collections.abc import Callable, Generator, Sequence
 
 import structlog
-from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
 from adapters.activemq_connection import Ack, Inbox, Listener, activemq_reason
 from adapters.activemq_puts import Puts, valid_destination
 from adapters.activemq_statistics import Statistics
+from adapters.activemq_transport import StompConnection
 from adapters.base import (
     PER_DELIVERY,
     BrokerExpiry,
@@ -123,7 +123,7 @@ class ActiveMQ(Puts, Statistics):
         self._heartbeats = heartbeats
         self._attempts = connect_attempts
         self._retry_wait = retry_wait
-        self._conn: Connection12 | None = None
+        self._conn: StompConnection | None = None
         self._listener = Listener()
         self._generation = 0
         self._ids = itertools.count(1)
@@ -137,7 +137,7 @@ class ActiveMQ(Puts, Statistics):
         self._polled_queue: dict[str, str] = {}  # subscription id -> queue
         self._listened: dict[str, str] = {}  # subscription id -> topic (``listen``)
         self._returned: list[Held] = []  # put back after a poll: the next poll returns them
-        self._stats: tuple[Connection12, Inbox] | None = None  # the statistics connection
+        self._stats: tuple[StompConnection, Inbox] | None = None  # the statistics connection
         self._log = structlog.get_logger("adapters.activemq").bind(
             broker=self.name, address=str(stomp))
 

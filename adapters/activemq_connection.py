@@ -19,11 +19,12 @@ import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
-from stomp import Connection12, ConnectionListener  # type: ignore[import-untyped]
+from stomp import ConnectionListener  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 from structlog.typing import FilteringBoundLogger
 
+from adapters.activemq_transport import StompConnection
 from adapters.base import Held, connect_with_retries
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable
@@ -143,7 +144,7 @@ class Listener(ConnectionListener):  # type: ignore[misc]
             inbox.put(None)
 
 
-def tls(conn: Connection12, ep: Endpoint) -> None:
+def tls(conn: StompConnection, ep: Endpoint) -> None:
     """stomp+ssl://: TLS with the broker's certificate verified (stomp.py verifies only when
     given a CA file: the named one, else the system's) and its host name checked."""
     if ep.tls:
@@ -160,7 +161,7 @@ class Connection:
     _heartbeats: tuple[int, int]
     _attempts: int
     _retry_wait: float
-    _conn: Connection12 | None
+    _conn: StompConnection | None
     _listener: Listener
     _generation: int
     _ids: itertools.count[int]
@@ -172,7 +173,7 @@ class Connection:
     _polled_queue: dict[str, str]
     _listened: dict[str, str]
     _returned: list[Held]
-    _stats: tuple[Connection12, Inbox] | None
+    _stats: tuple[StompConnection, Inbox] | None
     _log: FilteringBoundLogger
 
     def connect(self) -> None:
@@ -185,7 +186,7 @@ class Connection:
         self.close()
         ep = self.endpoint
         listener = Listener()
-        conn = Connection12(
+        conn = StompConnection(
             [(ep.host, ep.port)],
             heartbeats=self._heartbeats,
             auto_decode=False,
@@ -202,7 +203,6 @@ class Connection:
             conn.connect(ep.user, ep.password, wait=False)
         except (StompException, OSError) as exc:
             raise BrokerUnavailable(f"{self._where()}: {_refusal(ep, exc)}") from exc
-        _no_delays(conn)
         with listener.cv:
             listener.cv.wait_for(
                 lambda: listener.connected or listener.lost is not None or bool(listener.errors),
@@ -243,7 +243,7 @@ class Connection:
     def _where(self) -> str:
         return f"{self.name} STOMP at {self.endpoint.host}:{self.endpoint.port}"
 
-    def _live(self) -> Connection12:
+    def _live(self) -> StompConnection:
         """The connection, or BrokerUnavailable (and close) when it is gone."""
         lost = self._listener.lost
         if self._conn is None or lost is not None:
@@ -361,30 +361,7 @@ def _refusal(ep: Endpoint, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _no_delays(conn: Connection12) -> None:
-    """Small frames both ways: no Nagle on our writes, and (Linux) ack every read at once.
-    ActiveMQ's STOMP connector writes a RECEIPT and the next MESSAGE as separate small segments
-    with Nagle on (``transport.tcpNoDelay`` is off by default), so the second waits for our
-    delayed ACK: 40 ms per COMMIT. TCP_QUICKACK does not stick, so it is set before each read."""
-    transport = conn.transport
-    sock = transport.socket
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    quickack = getattr(socket, "TCP_QUICKACK", None)
-    if quickack is None:
-        return
-    receive = transport.receive
-
-    def receive_acking_at_once() -> bytes:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
-        data: bytes = receive()
-        return data
-
-    transport.receive = receive_acking_at_once
-
-
-def _stop(conn: Connection12, grace: float = 0.0) -> None:
+def _stop(conn: StompConnection, grace: float = 0.0) -> None:
     """Stop stomp.py's socket and threads, after ``grace`` s for a DISCONNECT to be answered,
     without waiting on a broker that may be gone (stomp.py's own stop waits forever)."""
     deadline = time.monotonic() + grace

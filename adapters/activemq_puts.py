@@ -17,13 +17,11 @@ What this relies on, checked against ActiveMQ 5.17 (tests/integration/test_adapt
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
-
-from stomp import Connection12  # type: ignore[import-untyped]
+from collections.abc import Sequence
 
 from adapters.activemq_connection import Connection, activemq_reason
+from adapters.activemq_transport import StompConnection
 from adapters.base import PER_DELIVERY, Message, Move
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_UNKNOWN_OBJECT_NAME
@@ -33,7 +31,6 @@ FRAME_HEADERS = PER_DELIVERY | {"receipt", "transaction"}
 
 # /remote-temp-queue/<id>: another connection's temporary queue (a reply-to), as ActiveMQ names it.
 DESTINATION_PREFIXES = ("/queue/", "/topic/", "/remote-temp-queue/", "/remote-temp-topic/")
-CORK_BYTES = 256 * 1024  # written as soon as this much is waiting
 # A settle with this many SENDs or more puts them in one transaction (a burst's releases):
 # ActiveMQ stores persistent SENDs that each want a receipt one by one, and a transaction's
 # all at once, several times faster (docs/benchmarks.md, "Measurements behind design choices").
@@ -63,43 +60,6 @@ def _is_text(body: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-class _Cork:
-    """Collects encoded frames in place of a transport's ``send`` and writes them joined."""
-
-    def __init__(self, send: Callable[[bytes], None]) -> None:
-        self._send = send
-        self._frames: list[bytes] = []
-        self._bytes = 0
-
-    def __call__(self, frame: bytes) -> None:
-        self._frames.append(frame)
-        self._bytes += len(frame)
-        if self._bytes >= CORK_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        frames, self._frames, self._bytes = self._frames, [], 0
-        if frames:
-            self._send(b"".join(frames))
-
-
-@contextlib.contextmanager
-def corked(conn: Connection12) -> Iterator[None]:
-    """The frames sent inside go out in few writes: stomp.py writes each frame with a
-    ``sendall`` of its own, and a settle batch of 500 moves is 1,000 of them. On loopback each
-    runs the kernel's whole TCP path, a large share of the staging engine's time. A frame
-    stomp.py's heart-beat thread sends meanwhile joins the rest. When the block fails, what it
-    had not written yet is dropped (the caller closes the connection)."""
-    transport = conn.transport
-    cork = _Cork(transport.send)
-    transport.send = cork  # this instance only, until the block ends
-    try:
-        yield
-    finally:
-        del transport.send
-    cork.flush()
 
 
 class Puts(Connection):
@@ -163,7 +123,7 @@ class Puts(Connection):
                 # its own) among the ERRORs by then.
                 last = self._receipt()
                 errors = len(self._listener.errors)
-                with self._translate(), corked(conn):
+                with self._translate(), conn.transport.corked():
                     for i in done:
                         extra = {"receipt": last} if i == done[-1] else {}
                         conn.ack(self._token(moves[i].held).ack_id, **extra)
@@ -184,14 +144,14 @@ class Puts(Connection):
             raise PutRefused(first, activemq_reason(text), text, moves[first].destination or "",
                              also_done=tuple(i for i in done if i > first))
 
-    def _put_in_transaction(self, conn: Connection12, moves: Sequence[Move],
+    def _put_in_transaction(self, conn: StompConnection, moves: Sequence[Move],
                             sending: list[int], acks: tuple[str, int] | None,
                             errors: int) -> dict[int, str] | None:
         """The SENDs in one transaction, committed with a receipt: {} when it is, None when
         ActiveMQ refused the COMMIT (a SEND in it was refused: the transaction is rolled back,
         nothing of it stored, and the SENDs go again with receipts, which name the one)."""
         tx, commit = self._receipt(), self._receipt()
-        with self._translate(), corked(conn):
+        with self._translate(), conn.transport.corked():
             conn.begin(transaction=tx)
             for i in sending:
                 move = moves[i]
@@ -206,7 +166,7 @@ class Puts(Connection):
         self._no_new_errors(errors)
         return {}
 
-    def _put_with_receipts(self, conn: Connection12, moves: Sequence[Move],
+    def _put_with_receipts(self, conn: StompConnection, moves: Sequence[Move],
                            sending: list[int], acks: tuple[str, int] | None,
                            errors: int, *, echoes: bool = False) -> dict[int, str]:
         """Each SEND with a receipt, pipelined: the refused ones' texts, by move. ``echoes``:
@@ -216,7 +176,7 @@ class Puts(Connection):
         refusal's text is not counted, whenever it comes (within ECHO_WAIT_S)."""
         receipts: list[str] = []
         sends: dict[str, int] = {}  # a SEND's receipt -> its move
-        with self._translate(), corked(conn):
+        with self._translate(), conn.transport.corked():
             for i in sending:
                 move = moves[i]
                 assert move.destination is not None and move.message is not None
@@ -274,7 +234,7 @@ class Puts(Connection):
 
     def _send(
         self,
-        conn: Connection12,
+        conn: StompConnection,
         destination: str,
         message: Message,
         *,

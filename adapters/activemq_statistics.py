@@ -17,10 +17,10 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 
-from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 
 from adapters.activemq_connection import Connection, Inbox, Listener, tls
+from adapters.activemq_transport import StompConnection
 from policies.errors import BrokerUnavailable
 
 STATISTICS = "/queue/ActiveMQ.Statistics.Destination."
@@ -158,7 +158,7 @@ class Statistics(Connection):
                 return  # the end of the list
             yield name, values
 
-    def _statistics(self) -> tuple[Connection12, Inbox]:
+    def _statistics(self) -> tuple[StompConnection, Inbox]:
         """The statistics connection, opened on first use: a translator failure on the broker
         closes it, never the staging connection."""
         if self._stats is not None and self._stats[0].is_connected():
@@ -168,7 +168,7 @@ class Statistics(Connection):
         inbox: Inbox = queues.Queue()
         listener = Listener()
         listener.routes["stats"] = inbox
-        conn = Connection12([(ep.host, ep.port)], heartbeats=(0, 0), auto_decode=False,
+        conn = StompConnection([(ep.host, ep.port)], heartbeats=(0, 0), auto_decode=False,
                             vhost=ep.vhost or "/", reconnect_attempts_max=1,
                             reconnect_sleep_initial=0.0)
         conn.set_listener("jms-bridge-stats", listener)

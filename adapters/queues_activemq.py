@@ -28,13 +28,13 @@ import queue as queues
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
-from stomp import Connection12  # type: ignore[import-untyped]
 from stomp.exception import StompException  # type: ignore[import-untyped]
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
 from adapters.activemq import ActiveMQ, message_from_frame
 from adapters.activemq_connection import activemq_reason
-from adapters.activemq_puts import corked, valid_destination
+from adapters.activemq_puts import valid_destination
+from adapters.activemq_transport import StompConnection
 from adapters.base import Message
 from adapters.queues import KEEP, Drop, Found, Keep, Put, SweepAction, SweepReport, Visit
 from policies.errors import BrokerUnavailable, PutRefused
@@ -189,7 +189,7 @@ class ActiveMQQueues(ActiveMQ):
                  if w is not None]
         errors = self._begin_with_sends(conn, tx, sends, "sweep SEND", undone)
         done = self._receipt()
-        with self._translate(), corked(conn):
+        with self._translate(), conn.transport.corked():
             for frame, _ in pending:
                 conn.ack(frame.headers["ack"], transaction=tx)
             conn.commit(tx, receipt=done)
@@ -220,7 +220,7 @@ class ActiveMQQueues(ActiveMQ):
         self._committed(done, "put COMMIT", sends, undone, errors)
 
     def _begin_with_sends(
-        self, conn: Connection12, tx: str, sends: Sequence[tuple[str, Message, bool]], what: str,
+        self, conn: StompConnection, tx: str, sends: Sequence[tuple[str, Message, bool]], what: str,
         undone: str,
     ) -> int:
         """BEGIN ``tx`` and its SENDs (destination, message, as a text message); PutRefused
@@ -231,7 +231,7 @@ class ActiveMQQueues(ActiveMQ):
         # is usually in by then; when it comes later, the COMMIT is refused (``_committed``).
         errors = len(self._listener.errors)
         barrier = self._receipt()
-        with self._translate(), corked(conn):
+        with self._translate(), conn.transport.corked():
             conn.begin(tx, **({} if sends else {"receipt": barrier}))
             for i, (where, message, text) in enumerate(sends):
                 extra = {"receipt": barrier} if i == len(sends) - 1 else {}

@@ -1,4 +1,4 @@
-"""adapters.activemq_puts.corked: the frames of a settle go out in few writes, in order; and
+"""adapters.activemq_transport.Transport.corked: the frames of a settle go out in few writes, in order; and
 the listener's forgiveness of the echoes of SENDs refused in a refused transaction."""
 
 from __future__ import annotations
@@ -8,54 +8,58 @@ import time
 import pytest
 from stomp.utils import Frame  # type: ignore[import-untyped]
 
-from adapters import activemq_puts
 from adapters.activemq_connection import Listener
+from adapters.activemq_transport import CORK_BYTES, Transport
 
 
-class Transport:
+class Socket:
+    """What the transport writes to, in place of a connected socket."""
+
     def __init__(self) -> None:
         self.writes: list[bytes] = []
 
-    def send(self, encoded_frame: bytes) -> None:
-        self.writes.append(encoded_frame)
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(data)
 
 
-class Conn:
-    def __init__(self) -> None:
-        self.transport = Transport()
+def _transport() -> tuple[Transport, Socket]:
+    transport = Transport([("127.0.0.1", 1)])
+    sock = Socket()
+    transport.socket = sock  # never connected: stomp.py writes to whatever socket it holds
+    return transport, sock
 
 
 def test_frames_sent_inside_go_out_in_one_write_in_order() -> None:
-    conn = Conn()
+    transport, sock = _transport()
     frames = [f"SEND\nn:{i}\n\nbody\x00".encode() for i in range(500)]
-    with activemq_puts.corked(conn):  # type: ignore[arg-type]
+    with transport.corked():
         for frame in frames:
-            conn.transport.send(frame)
-        assert conn.transport.writes == []
-    assert conn.transport.writes == [b"".join(frames)]
-    conn.transport.send(b"\n")  # the transport's own send again
-    assert conn.transport.writes[-1] == b"\n"
+            transport.send(frame)
+        assert sock.writes == []
+    assert sock.writes == [b"".join(frames)]
+    transport.send(b"\n")  # written at once again
+    assert sock.writes[-1] == b"\n"
 
 
 def test_a_large_batch_is_written_as_it_fills() -> None:
-    conn = Conn()
+    transport, sock = _transport()
     frame = b"x" * 100_000
-    with activemq_puts.corked(conn):  # type: ignore[arg-type]
+    with transport.corked():
         for _ in range(6):
-            conn.transport.send(frame)
-    assert b"".join(conn.transport.writes) == frame * 6
-    assert all(len(w) <= activemq_puts.CORK_BYTES + len(frame) for w in conn.transport.writes)
-    assert len(conn.transport.writes) == 2
+            transport.send(frame)
+    assert b"".join(sock.writes) == frame * 6
+    assert all(len(w) <= CORK_BYTES + len(frame) for w in sock.writes)
+    assert len(sock.writes) == 2
 
 
-def test_a_failed_block_writes_nothing_more_and_gives_send_back() -> None:
-    conn = Conn()
-    with pytest.raises(RuntimeError), activemq_puts.corked(conn):  # type: ignore[arg-type]
-        conn.transport.send(b"SEND\n\n\x00")
+def test_a_failed_block_writes_nothing_more_and_sends_at_once_after() -> None:
+    transport, sock = _transport()
+    with pytest.raises(RuntimeError), transport.corked():
+        transport.send(b"SEND\n\n\x00")
         raise RuntimeError("broken")
-    assert conn.transport.writes == []
-    conn.transport.send(b"ACK\n\n\x00")
-    assert conn.transport.writes == [b"ACK\n\n\x00"]
+    assert sock.writes == []
+    transport.send(b"ACK\n\n\x00")
+    assert sock.writes == [b"ACK\n\n\x00"]
 
 
 # -- the echoes of SENDs refused in a refused transaction ---------------------------------------
