@@ -387,6 +387,11 @@ class RabbitMQ(Puts, Checks, Expiries):
             ch = self._conn.channel()
         try:
             ok = ch.queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != 404:
+                with self._translate():
+                    raise
+            return ch, 0  # no such queue holds nothing (the broker closed this channel)
         except (pika.exceptions.AMQPError, OSError):
             with self._translate():
                 raise

@@ -330,11 +330,14 @@ LIMITED = {
 
 def test_tools_not_allowed_to_give_orders_use_the_queues_only(broker: Broker) -> None:
     """The restricted users may not publish on the control topic (ActiveMQ) or bind a queue
-    to it (RabbitMQ): the tool says why, looks on the staging queues only, and finds nothing."""
+    to it (RabbitMQ): the tool says why, looks on the staging queues only, and finds nothing.
+    No bridge has run with this staging prefix, so its queues do not exist: none of them holds
+    the message (and the restricted user may not create them)."""
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "bridge.app.cli", "staged", "cancel", "ID:never-staged",
-         "--broker", broker.name, *LIMITED[broker.name]],
+         "--broker", broker.name, *LIMITED[broker.name],
+         "--staging-prefix", f"jbt-never-{uuid.uuid4().hex[:8]}.staging"],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 3, done.stdout + done.stderr
