@@ -48,6 +48,12 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = 
     return False
 
 
+# Every bridge on ActiveMQ takes the expired messages that asked to be kept off the shared
+# ActiveMQ.DLQ to its own undelivered queue: a test's bridge does so only when it asks
+# (``--expiry-dead-letter-queue``), so that another process's bridge cannot take its message.
+NOT_WATCHING_ACTIVEMQ_DLQ = ["--expiry-dead-letter-queue", "off"]
+
+
 @dataclass
 class BridgeProcess:
     broker: str
@@ -84,6 +90,8 @@ class BridgeProcess:
             *auth,
             *([] if "--staging-prefix" in self.extra else
               ["--staging-prefix", self.staging_prefix]),
+            *([] if self.broker != "activemq" or "--expiry-dead-letter-queue" in self.extra else
+              NOT_WATCHING_ACTIVEMQ_DLQ),
             *self.extra,
         ]
 

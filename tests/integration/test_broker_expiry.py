@@ -83,6 +83,8 @@ def test_a_preserved_message_the_broker_expires_reaches_the_undelivered_queue_on
     target = f"/queue/{name}"
     undelivered = f"jbt-expiry-undelivered-{tag}"
     extra = ["--undelivered-queue", undelivered]
+    if broker.name == "activemq":
+        extra += ["--expiry-dead-letter-queue", "ActiveMQ.DLQ"]
     if broker.name == "rabbitmq":
         extra += ["--upstream-management", broker.management_url or "",
                   "--expiry-policy", f"^{name}$"]

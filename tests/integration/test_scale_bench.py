@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from tests.integration.bridgeproc import NOT_WATCHING_ACTIVEMQ_DLQ
 from tests.integration.brokers import Broker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,9 @@ def test_scale_bench_quick(broker: Broker) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--quick", "--brokers", broker.name,
          "--parts", ",".join(parts), f"--{broker.name}", f"{broker.stomp_host}:{broker.stomp_port}",
-         "--staging-prefix", f"jbt-staging-{uuid.uuid4().hex[:8]}", *urls],
+         "--staging-prefix", f"jbt-staging-{uuid.uuid4().hex[:8]}", *urls,
+         *(f"--bridge-arg={arg}" for arg in NOT_WATCHING_ACTIVEMQ_DLQ
+           if broker.name == "activemq")],
         capture_output=True, text=True, timeout=240, cwd=ROOT,
     )
     output = done.stdout + done.stderr
