@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sizes(args: argparse.Namespace) -> int:
-    return 5_000 if quick(args) else args.pending_messages
+    return 2_000 if quick(args) else args.pending_messages
 
 
 def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:

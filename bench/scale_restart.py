@@ -61,7 +61,7 @@ def run(broker_name: str, args: argparse.Namespace) -> dict[str, Any]:
     handoff = getattr(args, "pending_handoff", None)
     reuse = bool(handoff and handoff.get("broker") == broker_name)
     n_pending = handoff["staged"] if reuse and handoff else (
-        5_000 if small else args.restart_pending)
+        2_000 if small else args.restart_pending)
     body = b"x" * args.restart_size
     target = f"bench-restart.{uuid.uuid4().hex[:10]}"
     if not reuse:

@@ -7,7 +7,6 @@ there) ends with one line on stderr naming the problem and a non-zero exit, neve
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import io
 import os
@@ -16,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from bridge import __version__
-from bridge.app import dlq, logs
+from bridge.app import dlq_args, logs
 from bridge.app.config import SETTING_NAMES, SETTINGS, Settings, resolve
 from bridge.app.progress import EXIT_INTERRUPTED
 from bridge.pipeline.options import add_arguments as add_report_arguments
@@ -116,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _setting_flag(show, "upstream-management",
                   help="RabbitMQ's management API: read the queue's own delayed-retry "
                            "arguments, which win over the configured patterns")
-    dlq.add_parser(commands, _connection_flags, _Parser)
+    dlq_args.add_parser(commands, _connection_flags, _Parser)
     report = commands.add_parser(
         "report", help="per destination and hour, from the event journal: Parquet tables and an "
                        "HTML page of charts (PySpark)")
@@ -396,6 +395,8 @@ def _main(argv: Sequence[str] | None) -> int:
         settings = resolve(_settings_flags(ns), config_file=ns.config)
         logs.configure(settings.log_format, settings.log_level)
         if ns.command == "run":
+            import asyncio
+
             from bridge.app.serve import serve
 
             asyncio.run(serve(settings))
@@ -403,6 +404,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if ns.command == "policy":
             return _policy(ns, settings)
         if ns.command == "dlq":
+            from bridge.app import dlq
+
             return dlq.run(ns, settings)
         if ns.command == "replay":
             return _replay(ns, settings)
