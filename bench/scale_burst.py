@@ -183,6 +183,11 @@ def _send_probes(address: tuple[str, int], cfg: dict[str, Any], destination: str
 
 # --- the run --------------------------------------------------------------------------------
 
+def _secs(value: float | None) -> str:
+    """A time in seconds for a line of the report; "-" when nothing arrived to time."""
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _pct(values: list[int], q: float) -> int | None:
     if not values:
         return None
@@ -350,9 +355,9 @@ def _report(broker_name: str, out: dict[str, Any], got: dict[str, Any], target: 
                   and out["last_s"] <= GOAL_S)
     p = out["probes"]
     print(f"  {broker_name} burst: {out['received']:,}/{n:,} on target, {out['early']} early, "
-          f"{out['duplicates']} duplicates; first {out['first_s']:.3f} s, last "
-          f"{out['last_s']:.3f} s after the due time (consumer's last arrival "
-          f"{out['last_arrival_s']:.3f} s); {out['release_per_s'] or 0:,.0f} released/s; "
+          f"{out['duplicates']} duplicates; first {_secs(out['first_s'])} s, last "
+          f"{_secs(out['last_s'])} s after the due time (consumer's last arrival "
+          f"{_secs(out['last_arrival_s'])} s); {out['release_per_s'] or 0:,.0f} released/s; "
           f"goal last <= {GOAL_S} s: {'met' if out['met'] else 'NOT met'}", flush=True)
     print(f"  {broker_name} burst: per 500 ms from the due time: {out['per_500ms'][:40]}",
           flush=True)
