@@ -29,11 +29,13 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from adapters.amqp_publishing import Publish
 from adapters.base import Message
 from adapters.queues import KEEP, Drop, Found, Keep, Put, SweepAction, SweepReport, Visit
 from adapters.rabbitmq import RabbitMQ
-from adapters.rabbitmq_connection import close_quietly, refusal_reason, unflushed
+from adapters.rabbitmq_connection import close_quietly, refusal_reason
 from adapters.rabbitmq_management import queue_counts
+from adapters.rabbitmq_publisher import ChannelRefused, encoded
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import (
@@ -87,8 +89,6 @@ _Pending = tuple[int, Visit, tuple[pika.BasicProperties, bytes] | None]
 
 class RabbitMQQueues(RabbitMQ):
     """The staging adapter plus the dead-letter tools' port."""
-
-    _put_channel: BlockingChannel | None = None  # put_all's transactional channel
 
     # -- sizes ---------------------------------------------------------------------------------
 
@@ -262,16 +262,14 @@ class RabbitMQQueues(RabbitMQ):
         acting = [v for _, v, _ in pending if not isinstance(v.action, Keep)]
         if before_commit is not None and acting:
             before_commit(acting)
-        publish = unflushed(ch).basic_publish
-        ack = unflushed(ch).basic_ack
         try:
             for exchange, key, body, props, mandatory in puts:
-                publish(exchange, key, body, props, mandatory=mandatory)
+                ch.basic_publish(exchange, key, body, props, mandatory=mandatory)
             for tag, _, _ in pending:
-                ack(tag, multiple=False)
+                ch.basic_ack(tag, multiple=False)
             ch.tx_commit()
             assert self._conn is not None
-            self._conn.process_data_events(0)
+            self._conn.process_data_events(0)  # calls on_return for what came back
         except pika.exceptions.ChannelClosedByBroker as exc:
             if self._conn is None or not self._conn.is_open or not self._main_open():
                 with self._translate():
@@ -302,31 +300,21 @@ class RabbitMQQueues(RabbitMQ):
 
     def put_all(self, puts: Sequence[Put], *, text: bool = False) -> None:
         prepared = [self._prepared(put) for put in puts]
-        ch = self._put_channel
-        if ch is None or not ch.is_open:
-            self._channel()
-            assert self._conn is not None
-            with self._translate():
-                ch = self._conn.channel()
-                ch.tx_select()
-            self._put_channel = ch
-        publish = unflushed(ch).basic_publish
         try:
-            for where, props, body in prepared:
-                publish(where.exchange, where.routing_key, body, props)
-            ch.tx_commit()  # RabbitMQ answers once the persistent messages are on disk
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            self._put_channel = None
-            if self._conn is None or not self._conn.is_open or not self._main_open():
-                with self._translate():
-                    raise
-            raise PutRefused(0, refusal_reason(exc.reply_code, exc.reply_text),
-                             f"({exc.reply_code}) {exc.reply_text}: none of them was put",
+            publishes = [Publish(where.exchange, where.routing_key, encoded(props), body, False)
+                         for where, props, body in prepared]
+            # RabbitMQ answers the commit once the persistent messages are on disk.
+            self._transactions().commit(publishes)
+        except (ValueError, TypeError, pika.exceptions.AMQPError) as bad:
+            raise PutRefused(0, MQRC_PROPERTY_VALUE_BAD, f"{bad}: none of them was put",
                              "") from None
-        except (pika.exceptions.AMQPError, OSError):
-            self._put_channel = None
-            with self._translate():
-                raise
+        except ChannelRefused as exc:
+            raise PutRefused(0, refusal_reason(exc.reply_code, exc.reply_text),
+                             f"{exc}: none of them was put", "") from None
+        except BrokerUnavailable:
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                self.close()
+            raise
 
     def _prepared(self, put: Put) -> tuple[Any, pika.BasicProperties, bytes]:
         """Route and properties of a put, its target declared (a /queue/) or checked to exist

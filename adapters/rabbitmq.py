@@ -2,8 +2,9 @@
 
 Headers are mapped to and from AMQP properties as RabbitMQ's STOMP plugin does it
 (``adapters.rabbitmq_stomp``). The connection, its channels and the translation of pika's errors
-are ``adapters.rabbitmq_connection``'s; settling and publishing ``adapters.rabbitmq_puts``'s;
-``check_put`` (the management API) ``adapters.rabbitmq_checks``'s; the messages RabbitMQ expires
+are ``adapters.rabbitmq_connection``'s; settling and publishing ``adapters.rabbitmq_puts``'s (a
+batch's puts in one transaction through ``adapters.rabbitmq_publisher``); ``check_put`` (the
+management API) ``adapters.rabbitmq_checks``'s; the messages RabbitMQ expires
 (``watch_expiries``) ``adapters.rabbitmq_expiry``'s.
 
 Nothing is held longer than the caller holds it: mind RabbitMQ's consumer_timeout (30 min).
@@ -26,6 +27,7 @@ from adapters.base import Held, Message, StagedFormat
 from adapters.rabbitmq_checks import Checks
 from adapters.rabbitmq_connection import Tag, close_quietly, parameters, refusal_reason
 from adapters.rabbitmq_expiry import Expiries
+from adapters.rabbitmq_publisher import Publisher
 from adapters.rabbitmq_puts import Puts
 from adapters.rabbitmq_stomp import escape_queue, stomp_headers
 from policies.endpoints import Endpoint
@@ -115,14 +117,13 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._main: BlockingChannel | None = None
         self._confirm: BlockingChannel | None = None
         self._scratch: BlockingChannel | None = None
-        self._tx: BlockingChannel | None = None
+        self._publisher: Publisher | None = None  # batches in one transaction
         self._listening: BlockingChannel | None = None  # listen's subscriptions
         # Peeks (basic.get) go on a channel of their own: on ``main`` a get waits in the
         # broker's channel process behind every ack and delivery of the subscriptions, seconds
         # when a burst of releases has just been acked (a peek of an empty level took 9.5 s).
         self._peeker: BlockingChannel | None = None
         self._peek_generation = 0
-        self._returned: list[tuple[str, str, bytes]] = []
         self._generation = 0
         self._declared: set[str] = set()
         # Queues that refused a publish lately (full: a nack): settles that put to one go one

@@ -4,16 +4,17 @@ errors are translated: what ``adapters.rabbitmq.RabbitMQ`` and its parts build o
 Channels: ``main`` gets, consumes and acks (everything held lives on it); ``confirm`` publishes
 in confirm mode; ``scratch`` declares. Errors on ``confirm``/``scratch`` close only that channel;
 an error on ``main`` or the connection closes the adapter (everything held returns to its queue)
-and the next call raises BrokerUnavailable until ``connect`` is called again.
+and the next call raises BrokerUnavailable until ``connect`` is called again. Batches of
+publishes in one transaction go through a connection of their own to the same node
+(``adapters.rabbitmq_publisher``), closed with the adapter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pika
 import pika.exceptions
@@ -21,6 +22,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, connect_with_retries
+from adapters.rabbitmq_publisher import Publisher
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable
 from policies.reasons import (
@@ -89,11 +91,10 @@ class Connection:
     _main: BlockingChannel | None
     _confirm: BlockingChannel | None
     _scratch: BlockingChannel | None
-    _tx: BlockingChannel | None
+    _publisher: Publisher | None
     _listening: BlockingChannel | None
     _peeker: BlockingChannel | None
     _peek_generation: int
-    _returned: list[tuple[str, str, bytes]]
     _generation: int
     _declared: set[str]
     _delivered: list[Held]
@@ -108,16 +109,26 @@ class Connection:
         connect_with_retries(self._connect_once, self._attempts, self._retry_wait)
 
     def _connect_once(self) -> None:
+        """The node that answered last first, then the others in turn (a cluster's)."""
+        if self._publisher is not None:  # to follow ``main`` to the node it reaches
+            self._publisher.close()
+            self._publisher = None
+        at = self._nodes.index(self._params)
+        failed: BaseException | None = None
+        for params in self._nodes[at:] + self._nodes[:at]:
+            try:
+                conn = pika.BlockingConnection(params)
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                failed = exc
+                continue
+            self._conn, self._params = conn, params
+            break
+        else:
+            assert failed is not None
+            with self._translate(fatal=True):
+                raise failed
         with self._translate(fatal=True):
-            if len(self._nodes) == 1:
-                self._conn = pika.BlockingConnection(self._params)
-            else:
-                at = self._nodes.index(self._params)
-                self._conn = pika.BlockingConnection(self._nodes[at:] + self._nodes[:at])
-                used = getattr(getattr(self._conn, "_impl", None), "params", None)
-                self._params = next(
-                    (p for p in self._nodes if used is not None and
-                     (p.host, p.port) == (used.host, used.port)), self._params)
+            assert self._conn is not None
             self._main = self._conn.channel()
         self._generation += 1
         self._declared.clear()
@@ -129,8 +140,11 @@ class Connection:
     def close(self) -> None:
         """Close the connection; the broker returns everything held to its queue."""
         conn, self._conn = self._conn, None
-        self._main = self._confirm = self._scratch = self._tx = self._listening = None
+        self._main = self._confirm = self._scratch = self._listening = None
         self._peeker = None
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.close()
         self._delivered.clear()
         self._holding.clear()
         self._peek_holding.clear()
@@ -163,7 +177,7 @@ class Connection:
         return self._main is not None and self._main.is_open
 
     def _drop_side_channels(self) -> None:
-        for attr in ("_confirm", "_scratch", "_tx", "_listening", "_peeker"):
+        for attr in ("_confirm", "_scratch", "_listening", "_peeker"):
             ch: BlockingChannel | None = getattr(self, attr)
             if ch is not None and not ch.is_open:
                 setattr(self, attr, None)
@@ -185,23 +199,13 @@ class Connection:
             self._confirm = ch
         return self._confirm
 
-    def _tx_channel(self) -> BlockingChannel:
-        """A side channel in transaction mode: a batch of puts costs one round trip (the
-        commit) instead of one confirm each. Returned (unroutable) messages are collected."""
+    def _transactions(self) -> Publisher:
+        """The connection that puts a batch in one transaction (a round trip, the commit,
+        instead of one confirm each), to the node ``main``'s connection reached."""
         self._channel()
-        if self._tx is None or not self._tx.is_open:
-            assert self._conn is not None
-            with self._translate():
-                ch = self._conn.channel()
-                ch.tx_select()
-                # pika calls it (channel, method, properties, body); types-pika says otherwise.
-                ch.add_on_return_callback(self._on_return)  # type: ignore[arg-type]
-            self._tx = ch
-            self._returned = []
-        return self._tx
-
-    def _on_return(self, _ch: object, method: Any, _props: object, body: bytes) -> None:
-        self._returned.append((method.exchange, method.routing_key, body))
+        if self._publisher is None:
+            self._publisher = Publisher(self._params, self._where(), self._log)
+        return self._publisher
 
     def _scratch_channel(self) -> BlockingChannel:
         self._channel()
@@ -229,19 +233,39 @@ class Connection:
         self._holding.pop(tag.delivery_tag, None)
         return self._channel()
 
+    def _ack_all(self, tags: Iterable[Tag]) -> None:
+        """Ack ``tags`` (each live). pika's BlockingChannel writes each ack on its own, so on
+        each channel the run of its oldest held tags that are all acked here goes in one
+        ``basic_ack(multiple=True)``, the rest one by one."""
+        acking: dict[bool, set[int]] = {False: set(), True: set()}
+        for tag in tags:
+            acking[tag.peeked].add(tag.delivery_tag)
+        with self._translate():
+            for peeked, mine in acking.items():
+                if not mine:
+                    continue
+                holding = self._peek_holding if peeked else self._holding
+                ch = self._peeker if peeked else self._channel()
+                assert ch is not None
+                run: list[int] = []
+                for delivery_tag in holding:  # in the order delivered
+                    if delivery_tag not in mine:
+                        break
+                    run.append(delivery_tag)
+                if run:
+                    ch.basic_ack(run[-1], multiple=True)
+                    for delivery_tag in run:
+                        del holding[delivery_tag]
+                        mine.discard(delivery_tag)
+                for delivery_tag in sorted(mine):
+                    holding.pop(delivery_tag, None)
+                    ch.basic_ack(delivery_tag, multiple=False)
+
     @staticmethod
     def _tag(held: Held) -> Tag:
         if not isinstance(held.token, Tag):
             raise TypeError("not a message held by a RabbitMQ adapter")
         return held.token
-
-
-def unflushed(ch: BlockingChannel) -> pika.channel.Channel:
-    """The channel under pika's blocking wrapper, which writes to the socket and polls after
-    every publish and ack (most of a batch's cost). Its methods only queue their frames; the
-    wrapper's next blocking call (tx_commit, process_data_events) writes them all at once."""
-    impl: pika.channel.Channel = ch._impl  # type: ignore[attr-defined]
-    return impl
 
 
 def close_quietly(ch: BlockingChannel) -> None:

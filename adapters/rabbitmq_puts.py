@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 import pika
 import pika.exceptions
 
+from adapters.amqp_publishing import Publish
 from adapters.base import Message, Move
-from adapters.rabbitmq_connection import Connection, describe, refusal_reason, unflushed
+from adapters.rabbitmq_connection import Connection, describe, refusal_reason
+from adapters.rabbitmq_publisher import ChannelRefused, encoded
 from adapters.rabbitmq_stomp import Route, amqp_properties, queue_arguments, routable, route
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
@@ -28,6 +30,7 @@ class Puts(Connection):
     """``settle`` and ``publish`` of ``adapters.rabbitmq.RabbitMQ``."""
 
     _refusing: dict[str, float]
+    _told_fallback: float = 0.0  # (a warning at most every REFUSING_S)
 
     def settle(self, moves: Sequence[Move]) -> None:
         """Publish every move's message, then ack. A held message from a lost connection stops
@@ -59,13 +62,15 @@ class Puts(Connection):
                    if routable(m.destination))
 
     def _settle_batch(self, moves: Sequence[Move]) -> bool:
-        """All puts in one transaction, then the acks. False when the batch could not be put
-        that way (a target that refuses its declare, a message pika cannot write, a channel
-        error): nothing acked, do it one by one."""
-        puts: list[tuple[Route, pika.BasicProperties, bytes, bool] | None] = []
+        """All puts in one transaction (``adapters.rabbitmq_publisher``), then the acks. False
+        when the batch could not be put that way (a target that refuses its declare, a message
+        that cannot be written, a channel error, the transaction's connection lost while
+        ``main``'s is up): nothing acked, do it one by one."""
+        publishes: list[Publish] = []
+        sent: list[tuple[str, str, bytes] | None] = []
         for move in moves:
             if move.destination is None:
-                puts.append(None)
+                sent.append(None)
                 continue
             if move.message is None:
                 return False  # _settle_each says what is wrong with it
@@ -79,42 +84,36 @@ class Puts(Connection):
                 except PutRefused:
                     return False  # _settle_each says which move it refuses
             try:
-                puts.append((where, amqp_properties(move.message.headers), move.message.body,
-                             where.queue or move.mandatory))
-            except ValueError:
+                props = encoded(amqp_properties(move.message.headers))
+            except (ValueError, TypeError, pika.exceptions.AMQPError):
                 return False  # one by one, where that move is refused on its own
+            body = move.message.body
+            publishes.append(Publish(where.exchange, where.routing_key, props, body,
+                                     where.queue or move.mandatory))
+            sent.append((where.exchange, where.routing_key, body))
         try:
-            tx = self._tx_channel()
-            self._returned.clear()
-            sent: list[tuple[str, str, bytes] | None] = []
-            publish = unflushed(tx).basic_publish  # written all at once by tx_commit
-            for put in puts:
-                if put is None:
-                    sent.append(None)
-                    continue
-                where, props, body, mandatory = put
-                publish(where.exchange, where.routing_key, body, props, mandatory=mandatory)
-                sent.append((where.exchange, where.routing_key, body))
-            tx.tx_commit()
-            assert self._conn is not None
-            self._conn.process_data_events(0)  # returns arrive before commit-ok
-        except BrokerUnavailable:
-            raise
-        except (pika.exceptions.AMQPError, OSError, ValueError):
-            self._drop_side_channels()
-            if self._conn is None or not self._conn.is_open or not self._main_open():
-                with self._translate():
-                    raise
+            returned = self._transactions().commit(publishes)
+        except ValueError:
+            return False  # a message no frame can carry: refused on its own
+        except ChannelRefused as exc:
+            self._log.debug("a batch's transaction refused: put one by one", error=str(exc))
+            return False
+        except BrokerUnavailable as exc:
+            if not self._main_open() or self._conn is None or not self._conn.is_open:
+                self.close()
+                raise
+            now = time.monotonic()
+            if now >= self._told_fallback:
+                self._told_fallback = now + REFUSING_S
+                self._log.warning("batches put one by one: their transactions' connection "
+                                  "failed", error=str(exc))
             return False
         refused = len(moves)
-        for returned in self._returned:
+        for back in returned:
             refused = min(refused, next(
-                (i for i, key in enumerate(sent) if key == returned), refused))
-        with self._translate():
-            for move in moves[:refused]:
-                tag = self._tag(move.held)
-                unflushed(self._ack_channel(tag)).basic_ack(tag.delivery_tag, multiple=False)
-            self._conn.process_data_events(0)  # writes the acks
+                (i for i, key in enumerate(sent)
+                 if key == (back.exchange, back.routing_key, back.body)), refused))
+        self._ack_all(self._tag(move.held) for move in moves[:refused])
         if refused < len(moves):
             move = moves[refused]
             raise PutRefused(refused, MQRC_UNKNOWN_OBJECT_NAME, _unroutable(

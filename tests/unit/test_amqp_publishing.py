@@ -1,0 +1,293 @@
+"""The transactions' publishing client without a broker: its handshake, a batch's bytes (those
+pika writes for the same publishes), the broker's answers whole, byte by byte and with trailing
+data, its closes, and garbage (parsed or a PublishingProtocolError, nothing else)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import pika
+import pika.frame
+import pika.spec
+import pytest
+from pamqp import commands
+from pamqp import frame as pframe
+from pamqp import header as pheader
+
+from adapters.amqp_publishing import (
+    PROTOCOL_HEADER,
+    Blocked,
+    ChannelClosed,
+    Committed,
+    ConnectionClosed,
+    Publish,
+    Publishing,
+    PublishingProtocolError,
+    Ready,
+    Returned,
+    State,
+    Unblocked,
+    publish_frames,
+)
+from adapters.rabbitmq_publisher import encoded
+from tests.unit.amqp_wire import HEARTBEAT, body, chunked, content_header, method, raw_frame
+
+FRAME_MAX = 4096
+
+
+def frames(data: bytes) -> list[tuple[int, Any]]:
+    """Every frame in ``data``: (channel, what pamqp reads)."""
+    out = []
+    while data:
+        used, channel, value = pframe.unmarshal(data)
+        out.append((channel, value))
+        data = data[used:]
+    return out
+
+
+def feed(proto: Publishing, data: bytes, mode: str = "whole") -> list[Any]:
+    events: list[Any] = []
+    for chunk in chunked(data, mode):
+        events += proto.receive_data(chunk)
+    return events
+
+
+def ready(frame_max: int = FRAME_MAX) -> Publishing:
+    proto = Publishing(virtual_host="/v", mechanism="PLAIN", response="\0u\0p",
+                       client_properties={"product": "t"}, frame_max=131072)
+    proto.data_to_send()
+    assert feed(proto, method(commands.Connection.Start(mechanisms="AMQPLAIN PLAIN"))
+                + method(commands.Connection.Tune(2047, frame_max, 60))
+                + method(commands.Connection.OpenOk())
+                + method(commands.Channel.OpenOk(), 1)
+                + method(commands.Tx.SelectOk(), 1)) == [Ready()]
+    proto.data_to_send()
+    return proto
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytewise"])
+def test_the_handshake_runs_by_itself_to_ready(mode: str) -> None:
+    proto = Publishing(virtual_host="/v", mechanism="PLAIN", response="\0u\0p",
+                       client_properties={"product": "t"}, frame_max=131072)
+    assert proto.data_to_send() == PROTOCOL_HEADER
+    assert feed(proto, method(commands.Connection.Start(mechanisms="PLAIN")), mode) == []
+    (_, start_ok), = frames(proto.data_to_send())
+    assert isinstance(start_ok, commands.Connection.StartOk)
+    assert (start_ok.mechanism, start_ok.response) == ("PLAIN", "\0u\0p")
+    assert feed(proto, method(commands.Connection.Tune(2047, 8192, 60)), mode) == []
+    (_, tune_ok), (_, open_) = frames(proto.data_to_send())
+    # the smaller frame size; no heart-beats (the socket waits for each answer itself)
+    assert (tune_ok.channel_max, tune_ok.frame_max, tune_ok.heartbeat) == (2047, 8192, 0)
+    assert open_.virtual_host == "/v"
+    assert feed(proto, method(commands.Connection.OpenOk()), mode) == []
+    assert [(c, type(v)) for c, v in frames(proto.data_to_send())] == [
+        (1, commands.Channel.Open)]
+    assert feed(proto, method(commands.Channel.OpenOk(), 1), mode) == []
+    assert [(c, type(v)) for c, v in frames(proto.data_to_send())] == [(1, commands.Tx.Select)]
+    assert feed(proto, method(commands.Tx.SelectOk(), 1), mode) == [Ready()]
+    assert proto.state is State.READY and proto.frame_max == 8192
+
+
+def test_a_mechanism_the_broker_does_not_offer_is_a_protocol_error() -> None:
+    proto = Publishing(virtual_host="/", mechanism="EXTERNAL", response="",
+                       client_properties={}, frame_max=0)
+    with pytest.raises(PublishingProtocolError, match="does not offer EXTERNAL"):
+        feed(proto, method(commands.Connection.Start(mechanisms="PLAIN AMQPLAIN")))
+
+
+def pika_bytes(channel: int, exchange: str, key: str, props: pika.BasicProperties,
+               data: bytes, mandatory: bool, frame_max: int) -> bytes:
+    """What pika writes for the same publish (pika.channel.Channel.basic_publish's frames)."""
+    out = [pika.frame.Method(channel, pika.spec.Basic.Publish(
+        exchange=exchange, routing_key=key, mandatory=mandatory)).marshal(),
+        pika.frame.Header(channel, len(data), props).marshal()]
+    step = frame_max - 8
+    out += [pika.frame.Body(channel, data[i:i + step]).marshal()
+            for i in range(0, len(data), step)]
+    return b"".join(out)
+
+
+PROPS = [
+    pika.BasicProperties(),
+    pika.BasicProperties(delivery_mode=2, content_type="text/plain", message_id="m-1",
+                         priority=4, timestamp=1_700_000_000, expiration="5000",
+                         headers={"n": 5, "big": 2**40, "b": True, "s": "é", "raw": b"\x00\x01",
+                                  "table": {"x": [1, "two"]}, "none": None}),
+]
+
+
+@pytest.mark.parametrize("props", PROPS)
+@pytest.mark.parametrize("size", [0, 1, FRAME_MAX - 8, FRAME_MAX - 7, 3 * FRAME_MAX])
+@pytest.mark.parametrize("mandatory", [False, True])
+def test_a_publish_is_the_bytes_pika_writes(props: pika.BasicProperties, size: int,
+                                            mandatory: bool) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    ours = b"".join(publish_frames(1, "amq.topic", "a.b/ç", encoded(props), data,
+                                   mandatory=mandatory, frame_max=FRAME_MAX))
+    assert ours == pika_bytes(1, "amq.topic", "a.b/ç", props, data, mandatory, FRAME_MAX)
+
+
+def test_a_batch_is_its_publishes_then_the_commit() -> None:
+    proto = ready()
+    props = encoded(pika.BasicProperties(delivery_mode=2))
+    proto.commit([Publish("", "q1", props, b"one", False),
+                  Publish("x", "k", props, b"two" * 2000, True)])
+    assert proto.state is State.COMMITTING
+    got = frames(proto.data_to_send())
+    assert [type(v).__name__ for _, v in got] == [
+        "Publish", "ContentHeader", "ContentBody",
+        "Publish", "ContentHeader", "ContentBody", "ContentBody", "Commit"]
+    assert {c for c, _ in got} == {1}
+    assert (got[3][1].exchange, got[3][1].routing_key, got[3][1].mandatory) == ("x", "k", True)
+    assert got[4][1].body_size == 6000 and got[4][1].properties.delivery_mode == 2
+    assert got[5][1].value + got[6][1].value == b"two" * 2000
+
+
+def test_a_publish_that_cannot_be_written_queues_nothing() -> None:
+    proto = ready()
+    with pytest.raises(ValueError, match="255 bytes"):
+        proto.commit([Publish("", "q", b"\x00\x00", b"ok", False),
+                       Publish("", "q" * 256, b"\x00\x00", b"too long a key", False)])
+    assert proto.state is State.READY and proto.data_to_send() == b""
+    with pytest.raises(ValueError, match="properties"):
+        proto.commit([Publish("", "q", b"\x00" * FRAME_MAX, b"", False)])
+    with pytest.raises(RuntimeError, match="cannot open the channel"):
+        proto.open_channel()
+
+
+def returned(code: int, key: str, data: bytes, pieces: int = 1) -> bytes:
+    step = max(1, -(-len(data) // pieces))
+    return (method(commands.Basic.Return(code, "NO_ROUTE", "", key), 1)
+            + content_header(1, len(data))
+            + b"".join(body(1, data[i:i + step]) for i in range(0, len(data), step)))
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytewise"])
+def test_returns_come_before_the_commit_ok(mode: str) -> None:
+    proto = ready()
+    proto.commit([Publish("", "gone", b"\x00\x00", b"x" * 5000, True),
+                  Publish("", "gone2", b"\x00\x00", b"", True)])
+    proto.data_to_send()
+    answer = (HEARTBEAT + returned(312, "gone", b"x" * 5000, pieces=3)
+              + returned(312, "gone2", b"") + method(commands.Tx.CommitOk(), 1))
+    assert feed(proto, answer, mode) == [
+        Returned(312, "NO_ROUTE", "", "gone", b"x" * 5000),
+        Returned(312, "NO_ROUTE", "", "gone2", b""),
+        Committed(),
+    ]
+    assert proto.state is State.READY
+
+
+def test_trailing_bytes_wait_for_the_rest_of_their_frame() -> None:
+    proto = ready()
+    proto.commit([])
+    commit_ok = method(commands.Tx.CommitOk(), 1)
+    blocked = method(commands.Connection.Blocked("low on memory"))
+    assert proto.receive_data(commit_ok + blocked[:5]) == [Committed()]
+    assert proto.receive_data(blocked[5:] + method(commands.Connection.Unblocked())) == [
+        Blocked("low on memory"), Unblocked()]
+
+
+def test_a_channel_closed_by_the_broker_is_answered_and_opens_again() -> None:
+    proto = ready()
+    proto.commit([Publish("nope", "k", b"\x00\x00", b"", False)])
+    proto.data_to_send()
+    close = commands.Channel.Close(404, "NOT_FOUND - no exchange 'nope'", 60, 40)
+    assert feed(proto, method(close, 1)) == [ChannelClosed(404, "NOT_FOUND - no exchange 'nope'")]
+    assert [type(v) for _, v in frames(proto.data_to_send())] == [commands.Channel.CloseOk]
+    assert proto.state is State.CHANNEL_CLOSED
+    with pytest.raises(RuntimeError):
+        proto.commit([])
+    proto.open_channel()
+    assert [type(v) for _, v in frames(proto.data_to_send())] == [commands.Channel.Open]
+    assert feed(proto, method(commands.Channel.OpenOk(), 1)) == []
+    assert [type(v) for _, v in frames(proto.data_to_send())] == [commands.Tx.Select]
+    assert feed(proto, method(commands.Tx.SelectOk(), 1)) == [Ready()]
+
+
+def test_a_connection_closed_by_the_broker_is_answered() -> None:
+    proto = ready()
+    close = commands.Connection.Close(320, "CONNECTION_FORCED - shutdown", 0, 0)
+    assert feed(proto, method(close)) == [ConnectionClosed(320, "CONNECTION_FORCED - shutdown")]
+    assert [type(v) for _, v in frames(proto.data_to_send())] == [commands.Connection.CloseOk]
+    assert proto.closed
+    assert feed(proto, method(commands.Tx.CommitOk(), 1)) == []  # nothing after it counts
+
+
+def test_our_close_ends_at_its_close_ok() -> None:
+    proto = ready()
+    proto.close()
+    assert [type(v) for _, v in frames(proto.data_to_send())] == [commands.Connection.Close]
+    assert feed(proto, method(commands.Tx.CommitOk(), 1)) == []  # in flight: dropped
+    assert feed(proto, method(commands.Connection.CloseOk())) == [
+        ConnectionClosed(200, "closed by the client")]
+    assert proto.closed
+
+
+def test_an_authentication_failure_is_the_brokers_close() -> None:
+    proto = Publishing(virtual_host="/", mechanism="PLAIN", response="\0u\0bad",
+                       client_properties={}, frame_max=0)
+    refused = commands.Connection.Close(403, "ACCESS_REFUSED - Login was refused", 0, 0)
+    assert feed(proto, method(commands.Connection.Start(mechanisms="PLAIN"))
+                + method(refused)) == [ConnectionClosed(403, "ACCESS_REFUSED - Login was refused")]
+
+
+@pytest.mark.parametrize(("data", "code"), [
+    (method(commands.Basic.Deliver("c", 1, False, "", "q"), 1), 505),  # not in the table
+    (method(commands.Tx.CommitOk(), 1), 505),  # nothing to commit
+    (method(commands.Tx.SelectOk(), 2), 505),  # another channel
+    (content_header(1, 3), 505),  # content without a Basic.Return
+    (raw_frame(1, 1, b"\x00\x5a\x00\x15", end=0x00), 501),  # no frame-end octet
+    (raw_frame(1, 0, b"\x00" * (FRAME_MAX + 1)), 501),  # over the frame size agreed
+    (raw_frame(1, 1, b"\x00\x5a\x00"), 501),  # does not decode
+    (method(commands.Basic.Return(312, "NO_ROUTE", "", "k"), 1) + method(
+        commands.Tx.CommitOk(), 1), 505),  # a return cut short
+    (method(commands.Basic.Return(312, "NO_ROUTE", "", "k"), 1) + content_header(1, 1)
+     + body(1, b"ab"), 501),  # longer than its header said
+])
+def test_frames_this_client_cannot_take_are_protocol_errors(data: bytes, code: int) -> None:
+    proto = ready()
+    with pytest.raises(PublishingProtocolError) as error:
+        feed(proto, data)
+    assert error.value.reply_code == code
+
+
+def test_garbage_is_parsed_or_a_protocol_error() -> None:
+    rng = random.Random(7)
+    good = (returned(312, "k", b"abc") + method(commands.Tx.CommitOk(), 1)
+            + method(commands.Connection.Blocked("x")))
+    for _ in range(2000):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        proto = ready()
+        proto.commit([])
+        try:
+            feed(proto, bytes(data[:rng.randint(0, len(data))]))
+        except PublishingProtocolError:
+            pass
+
+
+def test_garbage_methods_are_parsed_or_a_protocol_error() -> None:
+    rng = random.Random(3)
+    ids = [(10, 10), (10, 30), (10, 50), (10, 60), (20, 40), (20, 41), (90, 21), (60, 50),
+           (60, 60), (99, 99)]
+    for _ in range(3000):
+        payload = struct.pack(">HH", *rng.choice(ids)) + rng.randbytes(rng.randint(0, 60))
+        proto = ready()
+        proto.commit([])
+        try:
+            feed(proto, raw_frame(1, rng.choice([0, 1]), payload))
+        except PublishingProtocolError:
+            pass
+
+
+def test_a_content_header_decodes_as_pamqp_reads_it() -> None:
+    props = pika.BasicProperties(content_type="a/b", headers={"k": "v", "n": 7})
+    head = struct.pack(">HHQ", 60, 0, 3) + encoded(props)
+    value = pheader.ContentHeader()
+    value.unmarshal(head)
+    assert value.properties.content_type == "a/b"
+    assert value.properties.headers == {"k": "v", "n": 7}
