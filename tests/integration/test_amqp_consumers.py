@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from bridge.staging import envelope
 from policies.redelivery import Move, Redeliver, compile_table, decide
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, require
+from tests.integration.tcpproxy import TcpProxy
 
 RUN = uuid.uuid4().hex[:6]
 SLOW = f"/amq/queue/jbt-aq-{RUN}-slow.*"  # delays, then a dead-letter queue
@@ -71,10 +71,19 @@ def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProc
     assert proc.stop() == 0, proc.log()
 
 
-def _connect(bridge: BridgeProcess) -> pika.BlockingConnection:
+def _connect(bridge: BridgeProcess, via: TcpProxy | None = None) -> pika.BlockingConnection:
+    port = bridge.amqp_port if via is None else via.port  # type: ignore[attr-defined]
     return pika.BlockingConnection(pika.ConnectionParameters(
-        "127.0.0.1", bridge.amqp_port, heartbeat=0,  # type: ignore[attr-defined]
-        credentials=pika.PlainCredentials("guest", "guest")))
+        "127.0.0.1", port, heartbeat=0, credentials=pika.PlainCredentials("guest", "guest")))
+
+
+@pytest.fixture
+def dropper(amqp_bridge: BridgeProcess) -> Iterator[TcpProxy]:
+    """A TCP proxy in front of the bridge: ``cut()`` drops the clients connected through it
+    with no close of a channel or the connection, as a client process that dies does."""
+    proxy = TcpProxy(("127.0.0.1", amqp_bridge.amqp_port))  # type: ignore[attr-defined]
+    yield proxy
+    proxy.close()
 
 
 def _queue(kind: str) -> str:
@@ -242,14 +251,14 @@ def test_recover_rollback_and_a_transactional_nack_are_failures(
 @pytest.mark.parametrize("kind", ["later", "now"])
 @pytest.mark.parametrize("how", ["channel-close", "connection-close", "socket-drop"])
 def test_unacked_deliveries_of_a_closed_channel_or_connection_are_failures(
-    amqp_bridge: BridgeProcess, how: str, kind: str,
+    amqp_bridge: BridgeProcess, dropper: TcpProxy, how: str, kind: str,
 ) -> None:
     """A delayed redelivery is the bridge's copy (through the staging queues); a redelivery
     at once is left to the broker's requeue when the consumer leaves (a copy put then could be
     dispatched to the departing consumer itself), counted by the redelivered flag."""
     queue = _queue(kind)
     _send(amqp_bridge, queue, [b"left"])
-    conn = _connect(amqp_bridge)
+    conn = _connect(amqp_bridge, via=dropper)
     channel = conn.channel()
     inbox = Inbox(conn, channel, queue)
     assert [b for _, _, b, _ in inbox.take(1)] == [b"left"]
@@ -258,9 +267,7 @@ def test_unacked_deliveries_of_a_closed_channel_or_connection_are_failures(
     elif how == "connection-close":
         conn.close()
     else:
-        sock = conn._impl._transport._sock  # the client dies without closing anything
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
+        dropper.cut()  # the client dies without closing anything
     other = _connect(amqp_bridge)
     ch2 = other.channel()
     inbox2 = Inbox(other, ch2, queue)
@@ -399,14 +406,14 @@ def test_a_quorum_queues_own_redeliveries_are_counted(amqp_bridge: BridgeProcess
 
 @pytest.mark.parametrize("how", ["channel-close", "socket-drop"])
 def test_a_lost_transaction_is_rolled_back_and_its_deliveries_are_failures(
-    amqp_bridge: BridgeProcess, how: str,
+    amqp_bridge: BridgeProcess, dropper: TcpProxy, how: str,
 ) -> None:
     """A consumer in a transaction acks and publishes, then goes away without a commit: the
     ack is undone (the delivery fails: JMSXDeliveryCount 2 next time) and the publish never
     happens; the bridge's own acknowledgements are committed on their own."""
     queue, other = _queue("later"), _queue("now")  # later: a staged copy, not a requeue
     _send(amqp_bridge, queue, [b"tx-lost"])
-    conn = _connect(amqp_bridge)
+    conn = _connect(amqp_bridge, via=dropper)
     channel = conn.channel()
     channel.queue_declare(other, durable=True)
     channel.tx_select()
@@ -417,9 +424,7 @@ def test_a_lost_transaction_is_rolled_back_and_its_deliveries_are_failures(
     if how == "channel-close":
         channel.close()
     else:
-        sock = conn._impl._transport._sock
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
+        dropper.cut()  # the client dies without closing anything
     again = _connect(amqp_bridge)
     ch2 = again.channel()
     inbox2 = Inbox(again, ch2, queue)
@@ -452,7 +457,8 @@ def test_a_delete_policy_deletes_the_failed_delivery(amqp_bridge: BridgeProcess)
     conn.close()
 
 
-def _leave(conn: pika.BlockingConnection, channel: Any, inbox: Inbox, how: str) -> None:
+def _leave(conn: pika.BlockingConnection, channel: Any, inbox: Inbox, how: str,
+           dropper: TcpProxy) -> None:
     """The consumer cancels, then goes away as ``how`` says, its delivery unacknowledged."""
     channel.basic_cancel(inbox.tag)
     if how == "cancel-channel-close":
@@ -461,16 +467,15 @@ def _leave(conn: pika.BlockingConnection, channel: Any, inbox: Inbox, how: str) 
     elif how == "cancel-connection-close":
         conn.close()
     else:
-        sock = conn._impl._transport._sock  # the client dies without closing anything
-        sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
+        dropper.cut()  # the client dies without closing anything
 
 
-def _copies(bridge: BridgeProcess, queue: str, first: float,
+def _copies(bridge: BridgeProcess, queue: str, first: float, via: TcpProxy,
             ) -> tuple[pika.BlockingConnection, Any, Inbox, list[tuple[Any, Any, bytes, float]]]:
-    """A new consumer of ``queue`` and every delivery it gets: the first within ``first``
-    seconds, then any others within 1.5 s of it (so a second copy would be seen)."""
-    conn = _connect(bridge)
+    """A new consumer of ``queue`` (connected through ``via``) and every delivery it gets: the
+    first within ``first`` seconds, then any others within 1.5 s of it (so a second copy would
+    be seen)."""
+    conn = _connect(bridge, via=via)
     channel = conn.channel()
     inbox = Inbox(conn, channel, queue)
     got = inbox.take(1, timeout=first)
@@ -483,7 +488,7 @@ def _copies(bridge: BridgeProcess, queue: str, first: float,
                                  "cancel-socket-drop"])
 @pytest.mark.parametrize("kind", ["weblogic", "websphere"])
 def test_a_cancelled_consumers_unacked_deliveries_fail_once_when_it_leaves(
-    amqp_bridge: BridgeProcess, kind: str, how: str,
+    amqp_bridge: BridgeProcess, dropper: TcpProxy, kind: str, how: str,
 ) -> None:
     """Basic.Cancel leaves a channel's deliveries the client's (it may still ack them); the
     channel or connection that closes after it fails them, once: after each leaving exactly one
@@ -493,7 +498,7 @@ def test_a_cancelled_consumers_unacked_deliveries_fail_once_when_it_leaves(
     destination = f"/amq/queue/{queue}"
     _, policy = TABLE.lookup(destination)
     _send(amqp_bridge, queue, [b"unsettled"])
-    conn, channel, inbox, got = _copies(amqp_bridge, queue, 10)
+    conn, channel, inbox, got = _copies(amqp_bridge, queue, 10, dropper)
     assert [(b, _count(p)) for _, p, b, _ in got] == [(b"unsettled", 1)]
     opened = [conn]
     try:
@@ -501,8 +506,9 @@ def test_a_cancelled_consumers_unacked_deliveries_fail_once_when_it_leaves(
             action = decide(policy, failures, destination, {}, 0.5)
             if how == "cancel-socket-drop":
                 opened.remove(conn)  # pika cannot close what it lost
-            _leave(conn, channel, inbox, how)
-            conn, channel, inbox, got = _copies(amqp_bridge, queue, 10 if failures == 1 else 1.5)
+            _leave(conn, channel, inbox, how, dropper)
+            conn, channel, inbox, got = _copies(amqp_bridge, queue, 10 if failures == 1 else 1.5,
+                                                dropper)
             opened.append(conn)
             counts = [_count(p) for _, p, _, _ in got]
             if failures == 1:
