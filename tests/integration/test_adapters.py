@@ -631,6 +631,43 @@ def test_rabbitmq_a_transactions_connection_the_broker_closed_is_made_again(
 
 
 @only("rabbitmq")
+def test_rabbitmq_a_node_that_does_not_answer_is_passed_over_and_the_batches_follow(
+    broker: Broker, names: Callable[[], str]
+) -> None:
+    """A cluster's nodes are tried in turn: the one that answers takes the connection and the
+    batches' transactions, and is tried first the next time."""
+    real = _amqp_endpoint(broker)
+    source, target = names(), names()
+    with socket_closed_port() as closed:
+        down = Endpoint("127.0.0.1", closed, real.user, real.password, real.vhost)
+        a = RabbitMQ(Endpoint(down.host, down.port, down.user, down.password, down.vhost,
+                              alternates=(real,)))
+        try:
+            for _ in range(2):
+                a.connect()
+                assert a._params.port == real.port
+                a.ensure_queues([source, target])
+                _fill(a, source, 2)
+                held = _held(a, source, 2)
+                a.settle([Move(h, f"/amq/queue/{target}", h.message) for h in held])
+                assert a._publisher is not None and a._publisher._sock is not None
+                assert a._publisher._sock.getpeername()[1] == real.port
+                a.close()
+        finally:
+            a.close()
+    assert [m.body for m in _adapter_browse(broker, target)] == [b"m0", b"m1"] * 2
+
+
+def _adapter_browse(broker: Broker, queue: str) -> list[Message]:
+    b = _adapter(broker)
+    b.connect()
+    try:
+        return list(b.browse(queue))
+    finally:
+        b.close()
+
+
+@only("rabbitmq")
 def test_rabbitmq_queue_target_is_declared_like_the_plugin_and_tolerates_other_arguments(
     broker: Broker, adapter: StagingBroker, names: Callable[[], str]
 ) -> None:
