@@ -1,8 +1,9 @@
-"""``adapters.queues.QueueTools`` on RabbitMQ: the staging adapter's connection, and a channel
+"""``adapters.queues.QueueTools`` on RabbitMQ: the staging adapter's connection, and a connection
 of its own for each look at a queue.
 
-A look (``inspect``, ``sweep``) consumes the queue on a fresh channel and acknowledges only the
-messages it removes; the others stay unacknowledged until the channel closes, when the broker
+A look (``inspect``, ``sweep``) consumes the queue on a connection of its own with one channel
+(``adapters.rabbitmq_client``: a commit's publishes and acks go out at once, where pika's
+BlockingChannel writes and polls after each) and acknowledges only the messages it removes; the others stay unacknowledged until the channel closes, when the broker
 puts them back at their old places (a classic queue keeps a requeued message's position), so
 kept messages keep their order. Credit is raised as messages are kept (basic.qos is a 16-bit
 count): past 65,535 kept messages the rest are fetched one by one with basic.get, which no
@@ -20,22 +21,31 @@ into plain headers: ``x-death-count``, ``x-death-reason``, ``x-death-queue`` and
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pika
 import pika.exceptions
-from pika.adapters.blocking_connection import BlockingChannel
 
-from adapters.amqp_publishing import Publish
+from adapters.amqp_client import (
+    CancelOk,
+    Committed,
+    ConsumeOk,
+    DeclareOk,
+    Delivery,
+    GetEmpty,
+    Got,
+    Publish,
+    QosOk,
+    Returned,
+)
 from adapters.base import Message
 from adapters.queues import KEEP, Drop, Found, Keep, Put, SweepAction, SweepReport, Visit
 from adapters.rabbitmq import RabbitMQ
-from adapters.rabbitmq_connection import close_quietly, refusal_reason
+from adapters.rabbitmq_client import ChannelRefused, Wire, decoded, encoded
+from adapters.rabbitmq_connection import refusal_reason
 from adapters.rabbitmq_management import queue_counts
-from adapters.rabbitmq_publisher import ChannelRefused, encoded
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import (
@@ -83,8 +93,8 @@ def found_message(props: pika.BasicProperties, body: bytes) -> Message:
 
 
 # A delivery waiting for its batch's commit: its tag, what becomes of it, and for a kept message
-# sent round to the tail, its properties and body as they came.
-_Pending = tuple[int, Visit, tuple[pika.BasicProperties, bytes] | None]
+# sent round to the tail, the delivery as it came.
+_Pending = tuple[int, Visit, Delivery | None]
 
 
 class RabbitMQQueues(RabbitMQ):
@@ -114,81 +124,82 @@ class RabbitMQQueues(RabbitMQ):
 
     # -- looking -------------------------------------------------------------------------------
 
-    def _open(self, queue: str, *, tx: bool) -> tuple[BlockingChannel, int]:
+    def _open(self, queue: str, *, tx: bool) -> tuple[Wire, int]:
+        """A connection of the look's own (``adapters.rabbitmq_client``: pika writes and polls
+        after every publish and ack of a commit), its channel checked to have ``queue``."""
         self._channel()
-        assert self._conn is not None
-        with self._translate():
-            ch = self._conn.channel()
+        wire = Wire(self._params, self._where(), self._log, transactional=tx)
         try:
-            ok = ch.queue_declare(queue, passive=True)
-            if tx:
-                ch.tx_select()
-        except pika.exceptions.ChannelClosedByBroker as exc:
+            wire.channel().declare_passive(queue)
+            (*_, ok) = wire.until(DeclareOk)
+        except ChannelRefused as exc:
+            wire.close()
             if exc.reply_code == 404:
                 raise PutRefused(0, MQRC_UNKNOWN_OBJECT_NAME, f"no queue {queue!r}",
                                  queue) from None
-            with self._translate():
-                raise
-        except (pika.exceptions.AMQPError, OSError):
-            with self._translate():
-                raise
-        return ch, int(ok.method.message_count or 0)
+            raise BrokerUnavailable(f"{self._where()}: {queue!r}: {exc}") from None
+        except BrokerUnavailable:
+            wire.close()
+            raise
+        assert isinstance(ok, DeclareOk)
+        return wire, ok.message_count
 
     def _deliveries(
-        self, ch: BlockingChannel, queue: str, count: int, held: Callable[[], int]
-    ) -> Iterator[tuple[int, pika.BasicProperties, bytes]]:
+        self, wire: Wire, queue: str, count: int, held: Callable[[], int]
+    ) -> Iterator[Delivery]:
         """The first ``count`` messages of ``queue``, unacknowledged; ``held()`` says how many
-        the caller still holds (the credit grows with it)."""
-        got: collections.deque[tuple[int, pika.BasicProperties, bytes]] = collections.deque()
-
-        def on_message(_ch: object, method: Any, props: Any, body: bytes) -> None:
-            got.append((method.delivery_tag, props or pika.BasicProperties(), body))
-
+        the caller still holds (the credit grows with it). Deliveries read while the wire waits
+        for another answer (a commit's) are in ``wire.delivered`` and come from here too."""
+        got = wire.delivered
         credit = min(PREFETCH, max(count, 1))
-        with self._translate():
-            # The channel's limit (global): a consumer's own is fixed when it starts.
-            ch.basic_qos(prefetch_count=credit, global_qos=True)
-            tag: str | None = ch.basic_consume(queue, on_message, auto_ack=False)
+        # The channel's limit (global): a consumer's own is fixed when it starts.
+        wire.channel().qos(credit, global_qos=True)
+        wire.until(QosOk)
+        wire.channel().consume(queue)
+        (*_, ok) = wire.until(ConsumeOk)
+        assert isinstance(ok, ConsumeOk)
+        tag: str | None = ok.consumer_tag
         seen = 0
-        assert self._conn is not None
         while seen < count:
             if not got and tag is not None:
-                with self._translate():
-                    self._conn.process_data_events(time_limit=0)
-                    if not got:
-                        self._conn.process_data_events(time_limit=IDLE_S)  # type: ignore[arg-type]
+                wire.poll(0)
+                if not got:
+                    wire.poll(IDLE_S)
                 if not got:
                     return
             if not got:  # past the credit limit: one at a time
-                with self._translate():
-                    method, props, body = ch.basic_get(queue, auto_ack=False)
-                if method is None or method.delivery_tag is None:
-                    return
-                data = body if isinstance(body, bytes) else (body or "").encode()
-                got.append((method.delivery_tag, props or pika.BasicProperties(), data))
+                wire.channel().get(queue)
+                (*_, answer) = wire.until((Got, GetEmpty))
+                if isinstance(answer, GetEmpty):
+                    if not got:
+                        return
+                else:
+                    assert isinstance(answer, Got)
+                    got.append(answer)
             seen += 1
             yield got.popleft()
             if tag is None:
                 continue
             want = held() + PREFETCH
             if want > MAX_CREDIT:
-                with self._translate():
-                    ch.basic_cancel(tag)  # what was sent and not yet dispatched goes back
+                wire.channel().cancel(tag)
+                wire.until(CancelOk)  # what was sent before it is held as the rest
                 tag = None
             elif want - credit >= PREFETCH // 2:
                 credit = want
-                with self._translate():
-                    ch.basic_qos(prefetch_count=credit, global_qos=True)
+                wire.channel().qos(credit, global_qos=True)
+                wire.until(QosOk)
 
     def inspect(self, queue: str) -> Iterator[Found]:
-        ch, count = self._open(queue, tx=False)
+        wire, count = self._open(queue, tx=False)
         seen = [0]  # every message seen is held until the channel closes
         try:
-            for _tag, props, body in self._deliveries(ch, queue, count, lambda: seen[0]):
+            for d in self._deliveries(wire, queue, count, lambda: seen[0]):
                 seen[0] += 1
-                yield Found(found_message(props, body), props.message_id or "", seen[0] - 1)
+                props = decoded(d.properties)
+                yield Found(found_message(props, d.body), props.message_id or "", seen[0] - 1)
         finally:
-            close_quietly(ch)  # everything goes back to its place
+            wire.close()  # everything goes back to its place
 
     # -- sweeping ------------------------------------------------------------------------------
 
@@ -203,22 +214,16 @@ class RabbitMQQueues(RabbitMQ):
         after_commit: Callable[[Sequence[Visit]], None] | None = None,
     ) -> SweepReport:
         report = SweepReport()
-        ch, count = self._open(queue, tx=True)
-        returned: list[str] = []
-
-        def on_return(_ch: object, method: Any, _props: object, _body: bytes) -> None:
-            returned.append(method.routing_key)
-
-        # pika calls it (channel, method, properties, body); types-pika says otherwise.
-        ch.add_on_return_callback(on_return)  # type: ignore[arg-type]
+        wire, count = self._open(queue, tx=True)
         pending: list[_Pending] = []
         held = 0  # kept messages held unacknowledged (they go back to their places)
         acted = 0
         try:
-            for tag, props, body in self._deliveries(
-                ch, queue, count, lambda: held + len(pending)  # noqa: B023 - as it is now
+            for d in self._deliveries(
+                wire, queue, count, lambda: held + len(pending)  # noqa: B023 - as it is now
             ):
-                found = Found(found_message(props, body), props.message_id or "", report.seen)
+                props = decoded(d.properties)
+                found = Found(found_message(props, d.body), props.message_id or "", report.seen)
                 report.seen += 1
                 action = decide(found) if limit is None or acted < limit else KEEP
                 if isinstance(action, Keep):
@@ -226,60 +231,59 @@ class RabbitMQQueues(RabbitMQ):
                         held += 1
                         report.kept += 1
                         continue
-                    pending.append((tag, Visit(found, action), (props, body)))  # to the tail
+                    pending.append((d.delivery_tag, Visit(found, action), d))  # to the tail
                 else:
                     acted += 1
-                    pending.append((tag, Visit(found, action), None))
+                    pending.append((d.delivery_tag, Visit(found, action), None))
                 if len(pending) >= batch:
-                    self._commit(ch, queue, pending, before_commit, after_commit, report,
-                                 returned)
+                    self._commit(wire, queue, pending, before_commit, after_commit, report)
                 if limit is not None and acted >= limit and report.kept == held:
                     break  # nothing sent round to the tail: the rest can stay where it is
-            self._commit(ch, queue, pending, before_commit, after_commit, report, returned)
+            self._commit(wire, queue, pending, before_commit, after_commit, report)
         finally:
-            close_quietly(ch)  # kept (and anything uncommitted) go back to their places
+            wire.close()  # kept (and anything uncommitted) go back to their places
         return report
 
     def _commit(
         self,
-        ch: BlockingChannel,
+        wire: Wire,
         queue: str,
         pending: list[_Pending],
         before_commit: Callable[[Sequence[Visit]], None] | None,
         after_commit: Callable[[Sequence[Visit]], None] | None,
         report: SweepReport,
-        returned: list[str],
     ) -> None:
+        """The batch's puts and acks in one transaction on the channel that consumed them."""
         if not pending:
             return
-        puts: list[tuple[str, str, bytes, pika.BasicProperties, bool]] = []
+        puts: list[Publish] = []
         for _, visit, raw in pending:
             if isinstance(visit.action, Put):
                 where, props, body = self._prepared(visit.action)
-                puts.append((where.exchange, where.routing_key, body, props, where.queue))
-            elif raw is not None:  # kept, sent round to the tail as it is
-                puts.append(("", queue, raw[1], raw[0], False))
+                try:
+                    puts.append(Publish(where.exchange, where.routing_key, encoded(props),
+                                        body, where.queue))
+                except (ValueError, TypeError, pika.exceptions.AMQPError) as bad:
+                    raise PutRefused(0, MQRC_PROPERTY_VALUE_BAD, f"{bad}: nothing of this "
+                                     "batch was done", visit.action.destination) from None
+            elif raw is not None:  # kept, sent round to the tail with the bytes it came with
+                puts.append(Publish("", queue, raw.properties, raw.body, False))
         acting = [v for _, v, _ in pending if not isinstance(v.action, Keep)]
         if before_commit is not None and acting:
             before_commit(acting)
         try:
-            for exchange, key, body, props, mandatory in puts:
-                ch.basic_publish(exchange, key, body, props, mandatory=mandatory)
-            for tag, _, _ in pending:
-                ch.basic_ack(tag, multiple=False)
-            ch.tx_commit()
-            assert self._conn is not None
-            self._conn.process_data_events(0)  # calls on_return for what came back
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            if self._conn is None or not self._conn.is_open or not self._main_open():
-                with self._translate():
-                    raise
-            raise PutRefused(0, refusal_reason(exc.reply_code, exc.reply_text),
-                             f"({exc.reply_code}) {exc.reply_text}: nothing of this batch was "
+            wire.channel().commit(puts, [tag for tag, _, _ in pending])
+            answer = wire.until(Committed)
+        except ValueError as bad:
+            raise PutRefused(0, MQRC_PROPERTY_VALUE_BAD, f"{bad}: nothing of this batch was "
                              "done", "") from None
-        except (pika.exceptions.AMQPError, OSError):
-            with self._translate():
-                raise
+        except ChannelRefused as exc:
+            if self._conn is None or not self._conn.is_open or not self._main_open():
+                self.close()
+                raise BrokerUnavailable(f"{self._where()}: {exc}") from None
+            raise PutRefused(0, refusal_reason(exc.reply_code, exc.reply_text),
+                             f"{exc}: nothing of this batch was done", "") from None
+        returned = [e.routing_key for e in answer if isinstance(e, Returned)]
         if returned:
             # Only when a queue checked a moment ago was deleted since: say so loudly.
             self._log.error("a put was returned unroutable after its commit",

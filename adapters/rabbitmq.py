@@ -3,7 +3,7 @@
 Headers are mapped to and from AMQP properties as RabbitMQ's STOMP plugin does it
 (``adapters.rabbitmq_stomp``). The connection, its channels and the translation of pika's errors
 are ``adapters.rabbitmq_connection``'s; settling and publishing ``adapters.rabbitmq_puts``'s (a
-batch's puts in one transaction through ``adapters.rabbitmq_publisher``); ``check_put`` (the
+batch's puts in one transaction through ``adapters.rabbitmq_client``); ``check_put`` (the
 management API) ``adapters.rabbitmq_checks``'s; the messages RabbitMQ expires
 (``watch_expiries``) ``adapters.rabbitmq_expiry``'s.
 
@@ -25,9 +25,9 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from adapters.base import Held, Message, StagedFormat
 from adapters.rabbitmq_checks import Checks
+from adapters.rabbitmq_client import Publisher
 from adapters.rabbitmq_connection import Tag, close_quietly, parameters, refusal_reason
 from adapters.rabbitmq_expiry import Expiries
-from adapters.rabbitmq_publisher import Publisher
 from adapters.rabbitmq_puts import Puts
 from adapters.rabbitmq_stomp import escape_queue, stomp_headers
 from policies.endpoints import Endpoint

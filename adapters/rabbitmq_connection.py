@@ -6,7 +6,7 @@ in confirm mode; ``scratch`` declares. Errors on ``confirm``/``scratch`` close o
 an error on ``main`` or the connection closes the adapter (everything held returns to its queue)
 and the next call raises BrokerUnavailable until ``connect`` is called again. Batches of
 publishes in one transaction go through a connection of their own to the same node
-(``adapters.rabbitmq_publisher``), closed with the adapter.
+(``adapters.rabbitmq_client``), closed with the adapter.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, connect_with_retries
-from adapters.rabbitmq_publisher import Publisher
+from adapters.rabbitmq_client import Publisher
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable
 from policies.reasons import (

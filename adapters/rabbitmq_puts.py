@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 import pika
 import pika.exceptions
 
-from adapters.amqp_publishing import Publish
+from adapters.amqp_client import Publish
 from adapters.base import Message, Move
+from adapters.rabbitmq_client import ChannelRefused, encoded
 from adapters.rabbitmq_connection import Connection, describe, refusal_reason
-from adapters.rabbitmq_publisher import ChannelRefused, encoded
 from adapters.rabbitmq_stomp import Route, amqp_properties, queue_arguments, routable, route
 from policies.errors import BrokerUnavailable, PutRefused
 from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_Q_FULL, MQRC_UNKNOWN_OBJECT_NAME
@@ -62,7 +62,7 @@ class Puts(Connection):
                    if routable(m.destination))
 
     def _settle_batch(self, moves: Sequence[Move]) -> bool:
-        """All puts in one transaction (``adapters.rabbitmq_publisher``), then the acks. False
+        """All puts in one transaction (``adapters.rabbitmq_client``), then the acks. False
         when the batch could not be put that way (a target that refuses its declare, a message
         that cannot be written, a channel error, the transaction's connection lost while
         ``main``'s is up): nothing acked, do it one by one."""

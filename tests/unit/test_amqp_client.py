@@ -1,6 +1,7 @@
-"""The transactions' publishing client without a broker: its handshake, a batch's bytes (those
-pika writes for the same publishes), the broker's answers whole, byte by byte and with trailing
-data, its closes, and garbage (parsed or a PublishingProtocolError, nothing else)."""
+"""The adapter's own AMQP client without a broker: its handshake, a batch's bytes (those pika
+writes for the same publishes and acks), the broker's answers and deliveries whole, byte by byte
+and with trailing data, its closes, and garbage (parsed or a ClientProtocolError, nothing
+else)."""
 
 from __future__ import annotations
 
@@ -16,22 +17,30 @@ from pamqp import commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from adapters.amqp_publishing import (
+from adapters.amqp_client import (
     PROTOCOL_HEADER,
     Blocked,
+    CancelOk,
     ChannelClosed,
+    ClientChannel,
+    ClientProtocolError,
     Committed,
     ConnectionClosed,
+    ConsumeOk,
+    DeclareOk,
+    Delivery,
+    GetEmpty,
+    Got,
     Publish,
-    Publishing,
-    PublishingProtocolError,
+    QosOk,
     Ready,
     Returned,
     State,
     Unblocked,
+    ack_frame,
     publish_frames,
 )
-from adapters.rabbitmq_publisher import encoded
+from adapters.rabbitmq_client import decoded, encoded
 from tests.unit.amqp_wire import HEARTBEAT, body, chunked, content_header, method, raw_frame
 
 FRAME_MAX = 4096
@@ -47,30 +56,31 @@ def frames(data: bytes) -> list[tuple[int, Any]]:
     return out
 
 
-def feed(proto: Publishing, data: bytes, mode: str = "whole") -> list[Any]:
+def feed(proto: ClientChannel, data: bytes, mode: str = "whole") -> list[Any]:
     events: list[Any] = []
     for chunk in chunked(data, mode):
         events += proto.receive_data(chunk)
     return events
 
 
-def ready(frame_max: int = FRAME_MAX) -> Publishing:
-    proto = Publishing(virtual_host="/v", mechanism="PLAIN", response="\0u\0p",
-                       client_properties={"product": "t"}, frame_max=131072)
+def ready(frame_max: int = FRAME_MAX, *, transactional: bool = True) -> ClientChannel:
+    proto = ClientChannel(virtual_host="/v", mechanism="PLAIN", response="\0u\0p",
+                          client_properties={"product": "t"}, frame_max=131072,
+                          transactional=transactional)
     proto.data_to_send()
     assert feed(proto, method(commands.Connection.Start(mechanisms="AMQPLAIN PLAIN"))
                 + method(commands.Connection.Tune(2047, frame_max, 60))
                 + method(commands.Connection.OpenOk())
                 + method(commands.Channel.OpenOk(), 1)
-                + method(commands.Tx.SelectOk(), 1)) == [Ready()]
+                + (method(commands.Tx.SelectOk(), 1) if transactional else b"")) == [Ready()]
     proto.data_to_send()
     return proto
 
 
 @pytest.mark.parametrize("mode", ["whole", "bytewise"])
 def test_the_handshake_runs_by_itself_to_ready(mode: str) -> None:
-    proto = Publishing(virtual_host="/v", mechanism="PLAIN", response="\0u\0p",
-                       client_properties={"product": "t"}, frame_max=131072)
+    proto = ClientChannel(virtual_host="/v", mechanism="PLAIN", response="\0u\0p",
+                          client_properties={"product": "t"}, frame_max=131072)
     assert proto.data_to_send() == PROTOCOL_HEADER
     assert feed(proto, method(commands.Connection.Start(mechanisms="PLAIN")), mode) == []
     (_, start_ok), = frames(proto.data_to_send())
@@ -91,9 +101,9 @@ def test_the_handshake_runs_by_itself_to_ready(mode: str) -> None:
 
 
 def test_a_mechanism_the_broker_does_not_offer_is_a_protocol_error() -> None:
-    proto = Publishing(virtual_host="/", mechanism="EXTERNAL", response="",
-                       client_properties={}, frame_max=0)
-    with pytest.raises(PublishingProtocolError, match="does not offer EXTERNAL"):
+    proto = ClientChannel(virtual_host="/", mechanism="EXTERNAL", response="",
+                          client_properties={}, frame_max=0)
+    with pytest.raises(ClientProtocolError, match="does not offer EXTERNAL"):
         feed(proto, method(commands.Connection.Start(mechanisms="PLAIN AMQPLAIN")))
 
 
@@ -129,20 +139,25 @@ def test_a_publish_is_the_bytes_pika_writes(props: pika.BasicProperties, size: i
     assert ours == pika_bytes(1, "amq.topic", "a.b/ç", props, data, mandatory, FRAME_MAX)
 
 
-def test_a_batch_is_its_publishes_then_the_commit() -> None:
+def test_a_batch_is_its_publishes_its_acks_then_the_commit() -> None:
     proto = ready()
     props = encoded(pika.BasicProperties(delivery_mode=2))
     proto.commit([Publish("", "q1", props, b"one", False),
-                  Publish("x", "k", props, b"two" * 2000, True)])
-    assert proto.state is State.COMMITTING
-    got = frames(proto.data_to_send())
+                  Publish("x", "k", props, b"two" * 2000, True)], acks=[7, 9])
+    assert proto.state is State.WAITING
+    data = proto.data_to_send()
+    got = frames(data)
     assert [type(v).__name__ for _, v in got] == [
         "Publish", "ContentHeader", "ContentBody",
-        "Publish", "ContentHeader", "ContentBody", "ContentBody", "Commit"]
+        "Publish", "ContentHeader", "ContentBody", "ContentBody", "Ack", "Ack", "Commit"]
     assert {c for c, _ in got} == {1}
     assert (got[3][1].exchange, got[3][1].routing_key, got[3][1].mandatory) == ("x", "k", True)
     assert got[4][1].body_size == 6000 and got[4][1].properties.delivery_mode == 2
     assert got[5][1].value + got[6][1].value == b"two" * 2000
+    assert [(v.delivery_tag, v.multiple) for _, v in got[7:9]] == [(7, False), (9, False)]
+    assert ack_frame(1, 7) == pika.frame.Method(1, pika.spec.Basic.Ack(7)).marshal()
+    assert feed(proto, method(commands.Tx.CommitOk(), 1)) == [Committed()]
+    assert proto.state is State.READY
 
 
 def test_a_publish_that_cannot_be_written_queues_nothing() -> None:
@@ -155,6 +170,8 @@ def test_a_publish_that_cannot_be_written_queues_nothing() -> None:
         proto.commit([Publish("", "q", b"\x00" * FRAME_MAX, b"", False)])
     with pytest.raises(RuntimeError, match="cannot open the channel"):
         proto.open_channel()
+    with pytest.raises(RuntimeError, match="not in transaction mode"):
+        ready(transactional=False).commit([])
 
 
 def returned(code: int, key: str, data: bytes, pieces: int = 1) -> bytes:
@@ -227,15 +244,16 @@ def test_our_close_ends_at_its_close_ok() -> None:
 
 
 def test_an_authentication_failure_is_the_brokers_close() -> None:
-    proto = Publishing(virtual_host="/", mechanism="PLAIN", response="\0u\0bad",
-                       client_properties={}, frame_max=0)
+    proto = ClientChannel(virtual_host="/", mechanism="PLAIN", response="\0u\0bad",
+                          client_properties={}, frame_max=0)
     refused = commands.Connection.Close(403, "ACCESS_REFUSED - Login was refused", 0, 0)
     assert feed(proto, method(commands.Connection.Start(mechanisms="PLAIN"))
                 + method(refused)) == [ConnectionClosed(403, "ACCESS_REFUSED - Login was refused")]
 
 
 @pytest.mark.parametrize(("data", "code"), [
-    (method(commands.Basic.Deliver("c", 1, False, "", "q"), 1), 505),  # not in the table
+    (method(commands.Basic.GetOk(1, False, "", "q", 0), 1), 505),  # no Get asked
+    (method(commands.Basic.QosOk(), 1), 505),  # nothing asked
     (method(commands.Tx.CommitOk(), 1), 505),  # nothing to commit
     (method(commands.Tx.SelectOk(), 2), 505),  # another channel
     (content_header(1, 3), 505),  # content without a Basic.Return
@@ -249,9 +267,81 @@ def test_an_authentication_failure_is_the_brokers_close() -> None:
 ])
 def test_frames_this_client_cannot_take_are_protocol_errors(data: bytes, code: int) -> None:
     proto = ready()
-    with pytest.raises(PublishingProtocolError) as error:
+    with pytest.raises(ClientProtocolError) as error:
         feed(proto, data)
     assert error.value.reply_code == code
+
+
+def pika_method(channel: int, value: Any) -> bytes:
+    return pika.frame.Method(channel, value).marshal()
+
+
+def test_requests_are_the_bytes_pika_writes() -> None:
+    proto = ready()
+    odd = "a/b é:x"  # a name pamqp would refuse and RabbitMQ takes
+    for call, expected in [
+        (lambda: proto.declare_passive(odd), pika.spec.Queue.Declare(queue=odd, passive=True)),
+        (lambda: proto.qos(65535, global_qos=True),
+         pika.spec.Basic.Qos(prefetch_count=65535, global_qos=True)),
+        (lambda: proto.consume(odd), pika.spec.Basic.Consume(queue=odd)),
+        (lambda: proto.cancel("ctag-1"), pika.spec.Basic.Cancel(consumer_tag="ctag-1")),
+        (lambda: proto.get(odd), pika.spec.Basic.Get(queue=odd)),
+    ]:
+        proto.state = State.READY  # each answered below, in its own test
+        call()
+        assert proto.data_to_send() == pika_method(1, expected)
+        assert proto.state is State.WAITING
+        with pytest.raises(RuntimeError, match="awaiting the answer"):
+            proto.get(odd)
+
+
+PROPS = pika.BasicProperties(message_id="m", headers={"x-death": [{"count": 2, "queue": "q"}],
+                                                      "n": 1})
+
+
+def deliver(tag: int, data: bytes, pieces: int = 1) -> bytes:
+    step = max(1, -(-len(data) // pieces))
+    return (method(commands.Basic.Deliver("ctag", tag, False, "", "q"), 1)
+            + pika.frame.Header(1, len(data), PROPS).marshal()
+            + b"".join(body(1, data[i:i + step]) for i in range(0, len(data), step)))
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytewise"])
+def test_a_consumers_deliveries_come_with_the_answers_awaited(mode: str) -> None:
+    proto = ready()
+    proto.declare_passive("q")
+    proto.data_to_send()
+    assert feed(proto, method(commands.Queue.DeclareOk("q", 5, 0), 1), mode) == [
+        DeclareOk("q", 5, 0)]
+    proto.consume("q")
+    assert feed(proto, method(commands.Basic.ConsumeOk("ctag"), 1) + deliver(1, b"a"),
+                mode) == [ConsumeOk("ctag"), Delivery(1, False, "", "q", encoded(PROPS), b"a",
+                                                      "ctag")]
+    proto.commit([], acks=[1])
+    got = feed(proto, deliver(2, b"b" * 9000, pieces=3) + method(commands.Tx.CommitOk(), 1)
+               + deliver(3, b""), mode)
+    assert [type(e) for e in got] == [Delivery, Committed, Delivery]
+    assert got[0].body == b"b" * 9000 and got[2].body == b"" and got[2].delivery_tag == 3
+    props = decoded(got[0].properties)
+    assert (props.message_id, props.headers) == ("m", PROPS.headers)
+    proto.qos(2000, global_qos=True)
+    assert feed(proto, method(commands.Basic.QosOk(), 1), mode) == [QosOk()]
+    proto.cancel("ctag")
+    assert feed(proto, deliver(4, b"d") + method(commands.Basic.CancelOk("ctag"), 1),
+                mode)[1:] == [CancelOk("ctag")]
+    proto.get("q")
+    get_ok = (method(commands.Basic.GetOk(5, True, "", "q", 0), 1)
+              + pika.frame.Header(1, 1, PROPS).marshal() + body(1, b"e"))
+    assert feed(proto, get_ok, mode) == [Got(5, True, "", "q", encoded(PROPS), b"e")]
+    assert proto.state is State.READY
+    proto.get("q")
+    assert feed(proto, method(commands.Basic.GetEmpty(), 1), mode) == [GetEmpty()]
+    assert proto.state is State.READY
+
+
+def test_a_channel_without_transactions_is_ready_when_open() -> None:
+    proto = ready(transactional=False)
+    assert proto.state is State.READY and not proto.transactional
 
 
 def test_garbage_is_parsed_or_a_protocol_error() -> None:
@@ -266,7 +356,7 @@ def test_garbage_is_parsed_or_a_protocol_error() -> None:
         proto.commit([])
         try:
             feed(proto, bytes(data[:rng.randint(0, len(data))]))
-        except PublishingProtocolError:
+        except ClientProtocolError:
             pass
 
 
@@ -280,7 +370,7 @@ def test_garbage_methods_are_parsed_or_a_protocol_error() -> None:
         proto.commit([])
         try:
             feed(proto, raw_frame(1, rng.choice([0, 1]), payload))
-        except PublishingProtocolError:
+        except ClientProtocolError:
             pass
 
 

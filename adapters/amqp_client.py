@@ -1,0 +1,512 @@
+"""The client side of AMQP 0-9-1 for one connection with one channel, without I/O: bytes from the
+broker go in (``receive_data``) and events come out; requests go in and bytes to write come out
+(``data_to_send``). ``adapters.rabbitmq_client`` is the socket around it.
+
+What the RabbitMQ adapter needs where pika's BlockingChannel costs too much (it writes and polls
+after every publish and ack): a batch of publishes and acks and its Tx.Commit written at once
+(``commit``; the broker answers with a ``Returned`` for each mandatory publish it could not
+route, then ``Committed``), and a queue consumed for the dead-letter tools (``declare_passive``,
+``qos``, ``consume``, ``get``, ``cancel``: each answered by one event; deliveries come as
+``Delivery`` events at any time). A message's properties stay encoded both ways (the property
+flags and list of its content header): the adapter encodes and decodes them as pika does, so a
+header table keeps the types it has on every other path, and a message sent on as it came is
+sent with the bytes it came with.
+
+Every transition is in ``_NEXT`` (the handshake and the closes) and ``_REPLIES`` (a request's
+answer): anything else is a ``ClientProtocolError`` carrying the reply code to close the
+connection with. Connection.Close, Channel.Close, Connection.Blocked/Unblocked, heart-beats and,
+on an open channel, Basic.Deliver and Basic.Return are taken at any time.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pamqp import commands
+from pamqp import exceptions as pexceptions
+from pamqp import frame as pframe
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
+FRAME_END = 0xCE
+_FRAME_HEAD = struct.Struct(">BHI")
+_HEADER_HEAD = struct.Struct(">HHQ")
+_PUBLISH = struct.pack(">HHH", 60, 40, 0)  # Basic.Publish, reserved ticket
+_ACK = struct.Struct(">BHIHHQB")  # a whole Basic.Ack frame but its frame-end
+_OVERHEAD = _FRAME_HEAD.size + 1
+FRAME_MIN = 4096  # what either side may send before Tune (AMQP 0-9-1 frame-min-size)
+CHANNEL = 1
+
+# Reply codes a client closes the connection with when the broker breaks the protocol.
+FRAME_ERROR = 501
+UNEXPECTED_FRAME = 505
+
+
+class ClientProtocolError(Exception):
+    """The broker sent what this client cannot take. ``reply_code``: what to close with."""
+
+    def __init__(self, text: str, reply_code: int = UNEXPECTED_FRAME) -> None:
+        super().__init__(text)
+        self.reply_code = reply_code
+
+
+class Publish(NamedTuple):
+    exchange: str
+    routing_key: str
+    properties: bytes  # the content header's property flags and list, encoded
+    body: bytes
+    mandatory: bool
+
+
+# -- events ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The channel is open (in transaction mode, when asked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Tx.Commit-Ok: the batch's publishes not returned are on their queues, its acks done."""
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """A mandatory publish the broker could not route (Basic.Return and its content)."""
+
+    reply_code: int
+    reply_text: str
+    exchange: str
+    routing_key: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message consumed (Basic.Deliver), or got (``Got``: ``consumer_tag`` None)."""
+
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+    consumer_tag: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Got(Delivery):
+    """The answer to a Basic.Get that found a message (Basic.Get-Ok)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetEmpty:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DeclareOk:
+    queue: str
+    message_count: int
+    consumer_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class QosOk:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOk:
+    consumer_tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOk:
+    consumer_tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelClosed:
+    """The broker closed the channel: nothing of an uncommitted batch was done. Close-Ok is
+    queued; ``open_channel`` opens it again."""
+
+    reply_code: int
+    reply_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The broker closed the connection (Close-Ok is queued) or answered our Close."""
+
+    reply_code: int
+    reply_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The broker holds our publishes back (a resource alarm) until ``Unblocked``."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unblocked:
+    pass
+
+
+Event = (Ready | Committed | Returned | Delivery | Got | GetEmpty | DeclareOk | QosOk
+         | ConsumeOk | CancelOk | ChannelClosed | ConnectionClosed | Blocked | Unblocked)
+
+
+class State(enum.Enum):
+    START = "awaiting Connection.Start"
+    TUNE = "awaiting Connection.Tune"
+    OPENING = "awaiting Connection.Open-Ok"
+    CHANNEL = "awaiting Channel.Open-Ok"
+    SELECT = "awaiting Tx.Select-Ok"
+    READY = "ready"
+    WAITING = "awaiting the answer to a request"
+    CHANNEL_CLOSED = "channel closed by the broker"
+    CLOSING = "awaiting Connection.Close-Ok"
+    CLOSED = "closed"
+
+
+# The handshake: the method the broker sends in each state, and the state it leads to.
+_NEXT: dict[tuple[State, type], State] = {
+    (State.START, commands.Connection.Start): State.TUNE,
+    (State.TUNE, commands.Connection.Tune): State.OPENING,
+    (State.OPENING, commands.Connection.OpenOk): State.CHANNEL,
+    (State.CHANNEL, commands.Channel.OpenOk): State.READY,  # SELECT first when transactional
+    (State.SELECT, commands.Tx.SelectOk): State.READY,
+}
+# A request in READY (class and method id) leads to WAITING for its answer (a Get: either),
+# then READY again.
+TX_COMMIT, QUEUE_DECLARE, BASIC_QOS = (90, 20), (50, 10), (60, 10)
+BASIC_CONSUME, BASIC_CANCEL, BASIC_GET = (60, 20), (60, 30), (60, 70)
+_REPLIES: dict[tuple[int, int], tuple[type, ...]] = {
+    TX_COMMIT: (commands.Tx.CommitOk,),
+    QUEUE_DECLARE: (commands.Queue.DeclareOk,),
+    BASIC_QOS: (commands.Basic.QosOk,),
+    BASIC_CONSUME: (commands.Basic.ConsumeOk,),
+    BASIC_CANCEL: (commands.Basic.CancelOk,),
+    BASIC_GET: (commands.Basic.GetOk, commands.Basic.GetEmpty),
+}
+_TICKET = b"\x00\x00"
+_NO_TABLE = b"\x00\x00\x00\x00"
+# Connection.Close (answered with Close-Ok) and, after our Close, its Close-Ok lead to CLOSED
+# from any state; Channel.Close on an open channel to CHANNEL_CLOSED.
+_HANDSHAKE = (State.START, State.TUNE, State.OPENING)
+_OPEN_CHANNEL = (State.CHANNEL, State.SELECT, State.READY, State.WAITING)
+_CONTENT = (commands.Basic.Deliver, commands.Basic.GetOk, commands.Basic.Return)
+
+
+def short_string(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raise ValueError(f"longer than 255 bytes: {text[:40]!r}...")
+    return bytes((len(raw),)) + raw
+
+
+def publish_frames(channel: int, exchange: str, routing_key: str, properties: bytes,
+                   body: bytes, *, mandatory: bool, frame_max: int) -> list[bytes]:
+    """Basic.Publish, its content header (``properties``: the property flags and list as
+    encoded) and its body in frames of at most ``frame_max`` bytes (0: one frame)."""
+    method = b"".join((_PUBLISH, short_string(exchange), short_string(routing_key),
+                       b"\x01" if mandatory else b"\x00"))
+    head = _HEADER_HEAD.pack(60, 0, len(body)) + properties
+    if frame_max and len(head) + _OVERHEAD > frame_max:
+        raise ValueError(f"the message's properties take more than a frame of {frame_max} bytes")
+    end = b"\xce"
+    out = [_FRAME_HEAD.pack(FRAME_METHOD, channel, len(method)), method, end,
+           _FRAME_HEAD.pack(FRAME_HEADER, channel, len(head)), head, end]
+    step = frame_max - _OVERHEAD if frame_max else max(len(body), 1)
+    for at in range(0, len(body), step):
+        piece = body[at:at + step]
+        out += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, end)
+    return out
+
+
+def ack_frame(channel: int, delivery_tag: int, *, multiple: bool = False) -> bytes:
+    return _ACK.pack(FRAME_METHOD, channel, 13, 60, 80, delivery_tag, multiple) + b"\xce"
+
+
+class ClientChannel:
+    """One connection, channel ``CHANNEL`` (in transaction mode when ``transactional``). The
+    handshake runs by itself from the protocol header on: ``Ready`` says it is done. No
+    heart-beats are asked for (the socket around it waits for each answer with a deadline of
+    its own)."""
+
+    def __init__(
+        self,
+        *,
+        virtual_host: str,
+        mechanism: str,
+        response: str,
+        client_properties: dict[str, Any],
+        frame_max: int,
+        channel_max: int = 0,
+        transactional: bool = True,
+    ) -> None:
+        self.state = State.START
+        self.frame_max = frame_max  # what we ask for; Tune settles it
+        self.transactional = transactional
+        self._virtual_host = virtual_host
+        self._mechanism = mechanism
+        self._response = response
+        self._client_properties = client_properties
+        self._channel_max = channel_max
+        self._out: list[bytes] = [PROTOCOL_HEADER]
+        self._in = bytearray()
+        self._limit = FRAME_MIN
+        self._replies: tuple[type, ...] = ()  # what ends WAITING
+        # A message whose content is still coming: its method, properties, body size, body.
+        self._content: tuple[Any, bytes, int, bytearray] | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    # -- requests in, bytes out -------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    def commit(self, publishes: Iterable[Publish], acks: Iterable[int] = ()) -> None:
+        """Queue the publishes, the acks (one each) and a Tx.Commit after them. ValueError for
+        a publish that cannot be written: nothing is queued then."""
+        self._ready("commit", transaction=True)
+        frames: list[bytes] = []
+        for p in publishes:
+            frames += publish_frames(CHANNEL, p.exchange, p.routing_key, p.properties, p.body,
+                                     mandatory=p.mandatory, frame_max=self.frame_max)
+        frames += [ack_frame(CHANNEL, tag) for tag in acks]
+        self._out += frames
+        self._request(TX_COMMIT, b"")
+
+    # Requests with a queue name are written here: pamqp refuses names RabbitMQ takes ("a/b").
+    def declare_passive(self, queue: str) -> None:
+        """``DeclareOk`` for a queue the broker has; ``ChannelClosed`` (404) when it has not."""
+        self._ready("declare")
+        self._request(QUEUE_DECLARE, _TICKET + short_string(queue) + b"\x01" + _NO_TABLE)
+
+    def qos(self, prefetch_count: int, *, global_qos: bool = False) -> None:
+        self._ready("set the prefetch")
+        self._request(BASIC_QOS, struct.pack(">IH?", 0, prefetch_count, global_qos))
+
+    def consume(self, queue: str) -> None:
+        """``ConsumeOk``, then a ``Delivery`` for each message, acknowledged by ``commit``."""
+        self._ready("consume")
+        self._request(BASIC_CONSUME,
+                      _TICKET + short_string(queue) + b"\x00\x00" + _NO_TABLE)
+
+    def cancel(self, consumer_tag: str) -> None:
+        """``CancelOk``; deliveries sent before the broker saw it may still come."""
+        self._ready("cancel")
+        self._request(BASIC_CANCEL, short_string(consumer_tag) + b"\x00")
+
+    def get(self, queue: str) -> None:
+        """A ``Delivery`` without a consumer tag, or ``GetEmpty``."""
+        self._ready("get")
+        self._request(BASIC_GET, _TICKET + short_string(queue) + b"\x00")
+
+    def open_channel(self) -> None:
+        """Open the channel again after the broker closed it; ``Ready`` when done."""
+        if self.state is not State.CHANNEL_CLOSED:
+            raise RuntimeError(f"cannot open the channel: {self.state.value}")
+        self._send(commands.Channel.Open(), CHANNEL)
+        self.state = State.CHANNEL
+
+    def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
+        """Connection.Close; ``ConnectionClosed`` when the broker answers."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        self._send(commands.Connection.Close(reply_code, reply_text[:255], 0, 0), 0)
+        self.state = State.CLOSING
+
+    def _ready(self, what: str, *, transaction: bool = False) -> None:
+        if self.state is not State.READY:
+            raise RuntimeError(f"cannot {what}: {self.state.value}")
+        if transaction and not self.transactional:
+            raise RuntimeError(f"cannot {what}: the channel is not in transaction mode")
+
+    def _request(self, method: tuple[int, int], arguments: bytes) -> None:
+        payload = struct.pack(">HH", *method) + arguments
+        self._out += (_FRAME_HEAD.pack(FRAME_METHOD, CHANNEL, len(payload)), payload, b"\xce")
+        self._replies = _REPLIES[method]
+        self.state = State.WAITING
+
+    def _send(self, method: Any, channel: int) -> None:
+        self._out.append(pframe.marshal(method, channel))
+
+    # -- bytes in, events out ---------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """The events the bytes complete. ClientProtocolError for a frame this client cannot
+        take (the connection is unusable then: close it with its reply code)."""
+        self._in += data
+        events: list[Event] = []
+        buf = self._in
+        at = 0
+        while len(buf) - at >= _FRAME_HEAD.size:
+            kind, channel, size = _FRAME_HEAD.unpack_from(buf, at)
+            if size + _OVERHEAD > self._limit:
+                raise ClientProtocolError(
+                    f"a frame of {size + _OVERHEAD} bytes, over the {self._limit} agreed",
+                    FRAME_ERROR)
+            end = at + _FRAME_HEAD.size + size
+            if len(buf) <= end:
+                break
+            if buf[end] != FRAME_END:
+                raise ClientProtocolError("a frame without its frame-end octet", FRAME_ERROR)
+            frame = bytes(buf[at:end + 1])
+            at = end + 1
+            event = self._frame(kind, channel, frame)
+            if event is not None:
+                events.append(event)
+        del buf[:at]
+        return events
+
+    def _frame(self, kind: int, channel: int, frame: bytes) -> Event | None:
+        if self.state is State.CLOSED or kind == FRAME_HEARTBEAT:
+            return None  # nothing after the close is of use; heart-beats were not asked for
+        if self._content is not None:
+            return self._content_frame(kind, channel, frame[_FRAME_HEAD.size:-1])
+        if kind != FRAME_METHOD or channel not in (0, CHANNEL):
+            raise ClientProtocolError(f"an unexpected frame of type {kind} on channel "
+                                      f"{channel} ({self.state.value})")
+        try:
+            _, _, value = pframe.unmarshal(frame)
+        except (pexceptions.UnmarshalingException, ValueError, struct.error) as bad:
+            raise ClientProtocolError(f"a method frame that does not decode: {bad}",
+                                      FRAME_ERROR) from None
+        if channel == 0:
+            return self._connection_method(value)
+        if self.state is State.CLOSING:
+            return None  # sent before the broker saw our Close
+        if self.state not in _OPEN_CHANNEL:
+            raise self._unexpected(value, channel)
+        if isinstance(value, commands.Channel.Close):
+            self._send(commands.Channel.CloseOk(), CHANNEL)
+            self.state = State.CHANNEL_CLOSED
+            self._content = None
+            return ChannelClosed(value.reply_code or 0, value.reply_text)
+        if self.state in (State.READY, State.WAITING) and isinstance(value, _CONTENT):
+            if isinstance(value, commands.Basic.GetOk) and commands.Basic.GetOk not in (
+                    self._replies if self.state is State.WAITING else ()):
+                raise self._unexpected(value, channel)
+            self._content = (value, b"", -1, bytearray())
+            return None
+        if self.state is State.WAITING and isinstance(value, self._replies):
+            self.state = State.READY
+            return _answer(value)
+        after = _NEXT.get((self.state, type(value)))
+        if after is None:
+            raise self._unexpected(value, channel)
+        if after is State.READY and self.state is State.CHANNEL and self.transactional:
+            self._send(commands.Tx.Select(), CHANNEL)
+            self.state = State.SELECT
+            return None
+        self.state = after
+        return Ready()
+
+    def _connection_method(self, value: Any) -> Event | None:
+        if isinstance(value, commands.Connection.Close):
+            if self.state is not State.CLOSING:
+                self._send(commands.Connection.CloseOk(), 0)
+            self.state = State.CLOSED
+            return ConnectionClosed(value.reply_code or 0, value.reply_text)
+        if isinstance(value, commands.Connection.CloseOk) and self.state is State.CLOSING:
+            self.state = State.CLOSED
+            return ConnectionClosed(200, "closed by the client")
+        if isinstance(value, commands.Connection.Blocked):
+            return Blocked(value.reason)
+        if isinstance(value, commands.Connection.Unblocked):
+            return Unblocked()
+        if self.state is State.CLOSING:
+            return None
+        after = _NEXT.get((self.state, type(value)))
+        if after is None or self.state not in _HANDSHAKE:
+            raise self._unexpected(value, 0)
+        self.state = after
+        if isinstance(value, commands.Connection.Start):
+            mechanisms = (value.mechanisms or "").split()
+            if self._mechanism not in mechanisms:
+                raise ClientProtocolError(
+                    f"the broker does not offer {self._mechanism} (it offers "
+                    f"{' '.join(mechanisms) or 'none'})")
+            self._send(commands.Connection.StartOk(
+                client_properties=self._client_properties, mechanism=self._mechanism,
+                response=self._response), 0)
+        elif isinstance(value, commands.Connection.Tune):
+            self.frame_max = _least(self.frame_max, value.frame_max)
+            self._limit = self.frame_max or 1 << 31
+            channel_max = _least(self._channel_max, value.channel_max)
+            self._send(commands.Connection.TuneOk(channel_max, self.frame_max, 0), 0)
+            self._send(commands.Connection.Open(self._virtual_host), 0)
+        else:  # Open-Ok
+            self._send(commands.Channel.Open(), CHANNEL)
+        return None
+
+    def _unexpected(self, value: Any, channel: int) -> ClientProtocolError:
+        return ClientProtocolError(f"{getattr(value, 'name', type(value).__name__)} on channel "
+                                   f"{channel} ({self.state.value})")
+
+    def _content_frame(self, kind: int, channel: int, payload: bytes) -> Event | None:
+        """A message's content header and body frames, after its method."""
+        assert self._content is not None
+        method, properties, size, content = self._content
+        if channel != CHANNEL:
+            raise ClientProtocolError(f"a frame on channel {channel} inside a message's "
+                                      "content")
+        if size < 0:
+            if kind != FRAME_HEADER or len(payload) < _HEADER_HEAD.size + 2:
+                raise ClientProtocolError(f"{method.name} without its content header")
+            size = _HEADER_HEAD.unpack_from(payload)[2]
+            properties = payload[_HEADER_HEAD.size:]
+        elif kind == FRAME_BODY:
+            content += payload
+            if len(content) > size:
+                raise ClientProtocolError("a message's body longer than its header said",
+                                          FRAME_ERROR)
+        else:
+            raise ClientProtocolError("a message's content cut short")
+        if len(content) < size:
+            self._content = (method, properties, size, content)
+            return None
+        self._content = None
+        body = bytes(content)
+        if isinstance(method, commands.Basic.Return):
+            return Returned(method.reply_code or 0, method.reply_text, method.exchange,
+                            method.routing_key or "", body)
+        if isinstance(method, commands.Basic.GetOk):
+            self.state = State.READY
+            return Got(method.delivery_tag or 0, bool(method.redelivered), method.exchange,
+                       method.routing_key or "", properties, body)
+        return Delivery(method.delivery_tag or 0, bool(method.redelivered), method.exchange,
+                        method.routing_key or "", properties, body, method.consumer_tag)
+
+
+def _answer(value: Any) -> Event:
+    if isinstance(value, commands.Tx.CommitOk):
+        return Committed()
+    if isinstance(value, commands.Queue.DeclareOk):
+        return DeclareOk(value.queue or "", value.message_count or 0, value.consumer_count or 0)
+    if isinstance(value, commands.Basic.QosOk):
+        return QosOk()
+    if isinstance(value, commands.Basic.ConsumeOk):
+        return ConsumeOk(value.consumer_tag or "")
+    if isinstance(value, commands.Basic.CancelOk):
+        return CancelOk(value.consumer_tag or "")
+    return GetEmpty()
+
+
+def _least(ours: int, theirs: int) -> int:
+    """A negotiated limit: the smaller one, where 0 is no limit."""
+    return min(ours, theirs) if ours and theirs else ours or theirs
