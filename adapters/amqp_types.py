@@ -14,8 +14,8 @@ properties (``amqp_properties``) lays the typed values back over the strings:
 
 The header stays on a staged copy (it has ``STAGED_MARK``) and is removed from anything else:
 the released message, a dead letter, a redelivered copy carry the typed table and no marker.
-pika, which the staging engine publishes with, cannot write floats: a float comes back as a
-``decimal.Decimal`` of the same value.
+pika's encoder, which writes the staging engine's properties, cannot write floats: a float
+comes back as a ``decimal.Decimal`` of the same value.
 """
 
 from __future__ import annotations

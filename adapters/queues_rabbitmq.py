@@ -3,16 +3,17 @@ of its own for each look at a queue.
 
 A look (``inspect``, ``sweep``) consumes the queue on a connection of its own with one channel
 (``adapters.rabbitmq_client``: a commit's publishes and acks go out at once, where pika's
-BlockingChannel writes and polls after each) and acknowledges only the messages it removes; the others stay unacknowledged until the channel closes, when the broker
-puts them back at their old places (a classic queue keeps a requeued message's position), so
-kept messages keep their order. Credit is raised as messages are kept (basic.qos is a 16-bit
-count): past 65,535 kept messages the rest are fetched one by one with basic.get, which no
-credit limits. A sweep's channel is in transaction mode: each batch's puts (published
-mandatory to a queue that was checked to exist first) and acks are one commit. A sweep holds
-at most ``HOLD`` kept messages that way; later kept ones are published again, properties and
-body as they came, to the queue's tail in the commit that acks them, and the sweep then goes
-round the whole queue, so after it the kept messages are in their old order (the held ones
-back at the head, the others behind them), as on ActiveMQ.
+BlockingChannel writes and polls after each) and acknowledges only the messages it removes; the
+others stay unacknowledged until the channel closes, when the broker puts them back at their old
+places (a classic queue keeps a requeued message's position), so kept messages keep their order.
+Credit is raised as messages are kept (basic.qos is a 16-bit count): past 65,535 kept messages
+the rest are fetched one by one with basic.get, which no credit limits. A sweep's channel is in
+transaction mode: each batch's puts (published mandatory to a queue that was checked to exist
+first) and acks are one commit. A sweep holds at most ``HOLD`` kept messages that way; later
+kept ones are published again, properties and body as they came, to the queue's tail in the
+commit that acks them, and the sweep then goes round the whole queue, so after it the kept
+messages are in their old order (the held ones back at the head, the others behind them), as on
+ActiveMQ.
 
 A broker-native dead letter's ``x-death`` (an array, which STOMP headers cannot carry) is read
 into plain headers: ``x-death-count``, ``x-death-reason``, ``x-death-queue`` and
@@ -128,7 +129,7 @@ class RabbitMQQueues(RabbitMQ):
         """A connection of the look's own (``adapters.rabbitmq_client``: pika writes and polls
         after every publish and ack of a commit), its channel checked to have ``queue``."""
         self._channel()
-        wire = Wire(self._params, self._where(), self._log, transactional=tx)
+        wire = Wire(self._params, self._where(), self._log, transactional=tx, reopen=False)
         try:
             wire.channel().declare_passive(queue)
             (*_, ok) = wire.until(DeclareOk)

@@ -78,14 +78,18 @@ def decoded(properties: bytes) -> pika.BasicProperties:
 class Wire:
     """One connection with one channel (in transaction mode when ``transactional``) to the
     node of ``params``. ``channel()`` gives the protocol, ready for a request; ``until`` writes
-    what the request queued and reads up to its answer."""
+    what the request queued and reads up to its answer. A channel the broker closed is opened
+    again by the next ``channel()`` when ``reopen``; otherwise that raises ChannelRefused (what
+    the channel held went back to its queues)."""
 
     def __init__(self, params: pika.ConnectionParameters, where: str,
-                 log: FilteringBoundLogger, *, transactional: bool = True) -> None:
+                 log: FilteringBoundLogger, *, transactional: bool = True,
+                 reopen: bool = True) -> None:
         self._params = params
         self._where = where
         self._log = log
         self._transactional = transactional
+        self._reopen = reopen
         self._sock: socket.socket | None = None
         self._proto: ClientChannel | None = None
         self._events: collections.deque[Event] = collections.deque()  # read, not yet asked for
@@ -99,7 +103,12 @@ class Wire:
             self._read_idle()
         proto = self._proto
         if proto is not None and proto.state is State.CHANNEL_CLOSED:
+            closed = next((e for e in self._events if isinstance(e, ChannelClosed)),
+                          ChannelClosed(0, "closed by the broker"))
             self._events.clear()  # the closed channel's
+            self.delivered.clear()
+            if not self._reopen:
+                raise ChannelRefused(closed)
             proto.open_channel()
             self.until(Ready)
         if proto is None or proto.state is not State.READY:
