@@ -115,6 +115,7 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._retry_wait = retry_wait
         self._conn: pika.BlockingConnection | None = None
         self._main: BlockingChannel | None = None
+        self._subs: dict[str, BlockingChannel] = {}  # a subscription's queue -> its channel
         self._confirm: BlockingChannel | None = None
         self._scratch: BlockingChannel | None = None
         self._publisher: Publisher | None = None  # batches in one transaction
@@ -131,7 +132,8 @@ class RabbitMQ(Puts, Checks, Expiries):
         # not say which of its puts went through (retrying all of them would duplicate).
         self._refusing: dict[str, float] = {}
         self._delivered: list[Held] = []
-        self._holding: dict[int, str] = {}  # delivery tag on ``main`` -> its queue
+        # A subscription's queue -> the delivery tags it holds on its channel, in their order.
+        self._holding: dict[str, dict[int, None]] = {}
         self._peek_holding: dict[int, str] = {}  # delivery tag on the peek channel -> its queue
         self._log = structlog.get_logger("adapters.rabbitmq").bind(
             broker=self.name, address=str(amqp))
@@ -188,8 +190,8 @@ class RabbitMQ(Puts, Checks, Expiries):
         broker does not have (its 404 closes only the scratch channel)."""
         ok = self._declared_ok(queue)
         ready = 0 if ok is None else ok.method.message_count or 0
-        return ready + sum(1 for held in (self._holding, self._peek_holding)
-                           for q in held.values() if q == queue)
+        return ready + len(self._holding.get(queue, ())) + sum(
+            1 for q in self._peek_holding.values() if q == queue)
 
     def consumers(self, queue: str) -> int:
         """A passive queue.declare's consumer count."""
@@ -257,8 +259,8 @@ class RabbitMQ(Puts, Checks, Expiries):
     def _held(
         self, queue: str, tag: int, props: pika.BasicProperties, body: bytes
     ) -> Held:
-        self._holding[tag] = queue
-        return Held(queue, self._message(props, body), Tag(self._generation, tag))
+        self._holding.setdefault(queue, {})[tag] = None
+        return Held(queue, self._message(props, body), Tag(self._generation, tag, queue=queue))
 
     def _message(self, props: pika.BasicProperties, body: bytes) -> Message:
         """A message read from a queue, without the header a quorum queue adds to it."""
@@ -277,9 +279,9 @@ class RabbitMQ(Puts, Checks, Expiries):
             ch.basic_nack(tag.delivery_tag, multiple=False, requeue=True)
 
     def subscribe(self, queue: str, prefetch: int) -> None:
-        ch = self._channel()
+        """Consume ``queue`` on a channel of its own, ``prefetch`` unacked at most."""
+        ch = self._consumer_channel(queue, prefetch)
         with self._translate():
-            ch.basic_qos(prefetch_count=prefetch)
             ch.basic_consume(queue, functools.partial(self._on_delivery, queue), auto_ack=False)
 
     def _on_delivery(

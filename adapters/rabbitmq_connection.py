@@ -1,10 +1,13 @@
 """The RabbitMQ adapter's connection, its channels, and the one place pika's and the socket's
 errors are translated: what ``adapters.rabbitmq.RabbitMQ`` and its parts build on.
 
-Channels: ``main`` gets, consumes and acks (everything held lives on it); ``confirm`` publishes
-in confirm mode; ``scratch`` declares. Errors on ``confirm``/``scratch`` close only that channel;
-an error on ``main`` or the connection closes the adapter (everything held returns to its queue)
-and the next call raises BrokerUnavailable until ``connect`` is called again. Batches of
+Channels: ``main`` stands for the connection; each subscription consumes on a channel of its own,
+where its deliveries are acked (a channel's held deliveries are then of one queue, in its order,
+so a settle's acks of them go mostly in one multiple ack); ``confirm`` publishes in confirm
+mode; ``scratch`` declares. Errors on ``confirm``/``scratch`` close only that channel; an error
+on ``main``, on a subscription's channel or on the connection closes the adapter (everything
+held returns to its queue) and the next call raises BrokerUnavailable until ``connect`` is
+called again. Batches of
 publishes in one transaction go through a connection of their own to the same node
 (``adapters.rabbitmq_client``), closed with the adapter.
 """
@@ -15,6 +18,7 @@ import contextlib
 import ssl
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -37,9 +41,10 @@ from policies.reasons import (
 
 @dataclass(frozen=True, slots=True)
 class Tag:
-    generation: int  # of the channel that delivered it: ``main``'s, or the peek channel's
+    generation: int  # of the channel that delivered it: the connection's, or the peek channel's
     delivery_tag: int
     peeked: bool = False  # got by a peek, on the peek channel
+    queue: str = ""  # else delivered to the subscription to this queue, on its channel
 
 
 def refusal_reason(reply_code: int, reply_text: str) -> Reason:
@@ -89,6 +94,7 @@ class Connection:
     _retry_wait: float
     _conn: pika.BlockingConnection | None
     _main: BlockingChannel | None
+    _subs: dict[str, BlockingChannel]
     _confirm: BlockingChannel | None
     _scratch: BlockingChannel | None
     _publisher: Publisher | None
@@ -98,7 +104,7 @@ class Connection:
     _generation: int
     _declared: set[str]
     _delivered: list[Held]
-    _holding: dict[int, str]
+    _holding: dict[str, dict[int, None]]
     _peek_holding: dict[int, str]
     _log: FilteringBoundLogger
 
@@ -133,6 +139,7 @@ class Connection:
         self._generation += 1
         self._declared.clear()
         self._delivered.clear()
+        self._subs.clear()
         self._holding.clear()
         self._peek_holding.clear()
         self._log.debug("connected")
@@ -142,6 +149,7 @@ class Connection:
         conn, self._conn = self._conn, None
         self._main = self._confirm = self._scratch = self._listening = None
         self._peeker = None
+        self._subs.clear()
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
             publisher.close()
@@ -174,7 +182,9 @@ class Connection:
         return f"{self.name} AMQP at {self.endpoint}"
 
     def _main_open(self) -> bool:
-        return self._main is not None and self._main.is_open
+        """``main`` and every subscription's channel open."""
+        return (self._main is not None and self._main.is_open
+                and all(ch.is_open for ch in self._subs.values()))
 
     def _drop_side_channels(self) -> None:
         for attr in ("_confirm", "_scratch", "_listening", "_peeker"):
@@ -207,6 +217,18 @@ class Connection:
             self._publisher = Publisher(self._params, self._where(), self._log)
         return self._publisher
 
+    def _consumer_channel(self, queue: str, prefetch: int) -> BlockingChannel:
+        """The channel of the subscription to ``queue``, opened with its prefetch."""
+        self._channel()
+        ch = self._subs.get(queue)
+        if ch is None:
+            assert self._conn is not None
+            with self._translate():
+                ch = self._conn.channel()
+                ch.basic_qos(prefetch_count=prefetch)
+            self._subs[queue] = ch
+        return ch
+
     def _scratch_channel(self) -> BlockingChannel:
         self._channel()
         if self._scratch is None or not self._scratch.is_open:
@@ -230,22 +252,23 @@ class Connection:
             self._peek_holding.pop(tag.delivery_tag, None)
             assert self._peeker is not None
             return self._peeker
-        self._holding.pop(tag.delivery_tag, None)
-        return self._channel()
+        self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
+        self._channel()
+        return self._subs[tag.queue]
 
     def _ack_all(self, tags: Iterable[Tag]) -> None:
         """Ack ``tags`` (each live). pika's BlockingChannel writes each ack on its own, so on
         each channel the run of its oldest held tags that are all acked here goes in one
         ``basic_ack(multiple=True)``, the rest one by one."""
-        acking: dict[bool, set[int]] = {False: set(), True: set()}
+        acking: dict[str | None, set[int]] = {}  # a subscription's queue, None: peeked
         for tag in tags:
-            acking[tag.peeked].add(tag.delivery_tag)
+            acking.setdefault(None if tag.peeked else tag.queue, set()).add(tag.delivery_tag)
+        self._channel()
         with self._translate():
-            for peeked, mine in acking.items():
-                if not mine:
-                    continue
-                holding = self._peek_holding if peeked else self._holding
-                ch = self._peeker if peeked else self._channel()
+            for queue, mine in acking.items():
+                holding: dict[int, Any] = (self._peek_holding if queue is None
+                                           else self._holding.get(queue, {}))
+                ch = self._peeker if queue is None else self._subs.get(queue)
                 assert ch is not None
                 run: list[int] = []
                 for delivery_tag in holding:  # in the order delivered

@@ -108,11 +108,9 @@ class Expiries(Connection):
             # (types-pika 1.2 types the members as str, the parameter as the enum)
             ch.exchange_declare(queue, ExchangeType.fanout, durable=True)  # type: ignore[arg-type]
             ch.queue_bind(queue, queue)
-        main = self._channel()
+        ch = self._consumer_channel(queue, EXPIRY_PREFETCH)
         with self._translate():
-            main.basic_qos(prefetch_count=EXPIRY_PREFETCH)
-            main.basic_consume(queue, functools.partial(self._on_expired, queue),
-                               auto_ack=False)
+            ch.basic_consume(queue, functools.partial(self._on_expired, queue), auto_ack=False)
         self._apply_policy(queue)
         return queue
 
@@ -124,9 +122,9 @@ class Expiries(Connection):
         props: pika.BasicProperties, body: bytes,
     ) -> None:
         assert method.delivery_tag is not None
-        self._holding[method.delivery_tag] = queue
+        self._holding.setdefault(queue, {})[method.delivery_tag] = None
         self._delivered.append(Held(queue, expiry_message(props, body),
-                                    Tag(self._generation, method.delivery_tag)))
+                                    Tag(self._generation, method.delivery_tag, queue=queue)))
 
     def _apply_policy(self, queue: str) -> None:
         """PUT the policy ``queue`` (dead-letter-exchange: ``queue``) on the expiry pattern's
