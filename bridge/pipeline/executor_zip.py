@@ -1,6 +1,6 @@
 """The Python code a job's executors import, as one zip the job ships to a cluster itself
 (``SparkContext.addPyFile``): the project's packages and the pure-Python distributions that
-replay's partitions import (the adapters' broker clients, tenacity, structlog), with their
+replay's partitions import (the adapters' broker clients and pamqp, tenacity, structlog), with their
 ``.dist-info`` (the adapters' speed-ups read the clients' versions from it).
 
 The zip is built once and kept under ``$XDG_CACHE_HOME/jms-bridge`` (``~/.cache/jms-bridge``),
@@ -21,7 +21,7 @@ from pathlib import Path
 PACKAGES = ("bridge", "adapters", "policies")
 # What ``replay.publish_partition`` imports beyond the standard library and PySpark (a unit
 # test imports it from the zip alone in an interpreter without site-packages).
-DISTRIBUTIONS = ("pika", "stomp.py", "websocket-client", "tenacity", "structlog")
+DISTRIBUTIONS = ("pika", "pamqp", "stomp.py", "websocket-client", "tenacity", "structlog")
 
 
 def _package_files() -> Iterator[tuple[str, Path]]:
