@@ -120,8 +120,8 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._scratch: BlockingChannel | None = None
         self._publisher: Publisher | None = None  # batches in one transaction
         self._listening: BlockingChannel | None = None  # listen's subscriptions
-        # Peeks (basic.get) go on a channel of their own: on ``main`` a get waits in the
-        # broker's channel process behind every ack and delivery of the subscriptions, seconds
+        # Peeks (basic.get) go on a channel of their own: on a subscription's channel a get
+        # waits in the broker's channel process behind every ack and delivery there, seconds
         # when a burst of releases has just been acked (a peek of an empty level took 9.5 s).
         self._peeker: BlockingChannel | None = None
         self._peek_generation = 0
