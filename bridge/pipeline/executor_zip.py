@@ -1,7 +1,7 @@
 """The Python code a job's executors import, as one zip the job ships to a cluster itself
 (``SparkContext.addPyFile``): the project's packages and the pure-Python distributions that
-replay's partitions import (the adapters' broker clients and pamqp, tenacity, structlog), with their
-``.dist-info`` (the adapters' speed-ups read the clients' versions from it).
+replay's partitions import (the adapters' broker clients, pamqp, tenacity, structlog), each with
+its ``.dist-info``, so that a version asked of ``importlib.metadata`` is answered there too.
 
 The zip is built once and kept under ``$XDG_CACHE_HOME/jms-bridge`` (``~/.cache/jms-bridge``),
 named for a digest of the packages' files and the distributions' versions: a changed source or
