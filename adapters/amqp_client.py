@@ -212,17 +212,23 @@ def short_string(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
+def publish_method(channel: int, exchange: str, routing_key: str, mandatory: bool) -> bytes:
+    """A Basic.Publish method frame (the bridge's AMQP front-end writes its rewritten publishes
+    with it too). ValueError for a name longer than a shortstr."""
+    method = b"".join((_PUBLISH, short_string(exchange), short_string(routing_key),
+                       b"\x01" if mandatory else b"\x00"))
+    return _FRAME_HEAD.pack(FRAME_METHOD, channel, len(method)) + method + b"\xce"
+
+
 def publish_frames(channel: int, exchange: str, routing_key: str, properties: bytes,
                    body: bytes, *, mandatory: bool, frame_max: int) -> list[bytes]:
     """Basic.Publish, its content header (``properties``: the property flags and list as
     encoded) and its body in frames of at most ``frame_max`` bytes (0: one frame)."""
-    method = b"".join((_PUBLISH, short_string(exchange), short_string(routing_key),
-                       b"\x01" if mandatory else b"\x00"))
     head = _HEADER_HEAD.pack(60, 0, len(body)) + properties
     if frame_max and len(head) + _OVERHEAD > frame_max:
         raise ValueError(f"the message's properties take more than a frame of {frame_max} bytes")
     end = b"\xce"
-    out = [_FRAME_HEAD.pack(FRAME_METHOD, channel, len(method)), method, end,
+    out = [publish_method(channel, exchange, routing_key, mandatory),
            _FRAME_HEAD.pack(FRAME_HEADER, channel, len(head)), head, end]
     step = frame_max - _OVERHEAD if frame_max else max(len(body), 1)
     for at in range(0, len(body), step):

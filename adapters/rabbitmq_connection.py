@@ -7,9 +7,8 @@ so a settle's acks of them go mostly in one multiple ack); ``confirm`` publishes
 mode; ``scratch`` declares. Errors on ``confirm``/``scratch`` close only that channel; an error
 on ``main``, on a subscription's channel or on the connection closes the adapter (everything
 held returns to its queue) and the next call raises BrokerUnavailable until ``connect`` is
-called again. Batches of
-publishes in one transaction go through a connection of their own to the same node
-(``adapters.rabbitmq_client``), closed with the adapter.
+called again. Batches of publishes in one transaction go through a connection of their own to
+the same node (``adapters.rabbitmq_client``), closed with the adapter.
 """
 
 from __future__ import annotations

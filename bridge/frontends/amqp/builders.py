@@ -14,10 +14,11 @@ from typing import Any
 from pamqp import commands
 from pamqp import frame as pframe
 
+# The protocol header AMQP 0-9-1 peers open with (what RabbitMQ answers a client that sent
+# anything else), and a Basic.Publish method frame: the adapters' client writes them the same way.
+from adapters.amqp_client import PROTOCOL_HEADER, publish_method
 from bridge.frontends.amqp.properties import header_frame, pamqp_values
 
-# What AMQP 0-9-1 peers open with, and what RabbitMQ answers a client that sent anything else.
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # Frame overhead: type (1), channel (2), size (4) and the frame-end octet.
 FRAME_OVERHEAD = 8
 # RabbitMQ's ceiling for frame_max, used to split bodies when frame_max is 0 ("no limit").
@@ -78,17 +79,6 @@ def content_frames_of(
     return b"".join(parts)
 
 
-def publish_method(channel: int, exchange: str, routing_key: str, mandatory: bool) -> bytes:
-    """A Basic.Publish method frame, written directly (it is one per rewritten publish)."""
-    ex, key = exchange.encode(), routing_key.encode()
-    if len(ex) > 255 or len(key) > 255:
-        raise ValueError("an exchange name or routing key longer than 255 bytes")
-    payload = (b"\x00\x3c\x00\x28\x00\x00" + bytes((len(ex),)) + ex + bytes((len(key),)) + key
-               + (b"\x01" if mandatory else b"\x00"))
-    size = len(payload).to_bytes(4, "big")
-    return b"\x01" + channel.to_bytes(2, "big") + size + payload + b"\xce"
-
-
 def publish_frames(
     channel: int,
     method: commands.Basic.Publish,
@@ -107,3 +97,9 @@ def _shortstr(text: str) -> str:
     if len(raw) <= 255:
         return text
     return raw[:255].decode(errors="ignore")
+
+
+__all__ = [
+    "DEFAULT_FRAME_MAX", "FRAME_OVERHEAD", "PROTOCOL_HEADER", "channel_close", "channel_close_ok",
+    "connection_close", "content_frames", "content_frames_of", "publish_frames", "publish_method",
+]
