@@ -14,6 +14,9 @@ a. Lateness. N messages (default 10,000 of 256 B) with delays uniform over 1-10 
    that wait counts. Then a paced run: --a-paced-messages (default 15,000) sent at --a-rate
    (default 1,000/s), so releases climb to that rate and hold it for several seconds (the
    "at 1,000 releases per second" of the goal, without the burst's read-queue wait).
+   ``--a-header JMSDeliveryTime`` asks for the delay with the due time itself instead, so
+   lateness from the sender holds no wait to be read: 2,000 due over 2 s is
+   ``--a-messages 200 --a-paced-messages 2000 --a-min-ms 2000 --a-max-ms 2000``.
    Each run's delays are then run through the broker's own mechanism, as the reference, with the
    same sending and the same consumer:
      - ActiveMQ: AMQ_SCHEDULED_DELAY sent straight to an instance with schedulerSupport="true"
@@ -403,8 +406,11 @@ def lateness_run(consume_at: dict[str, Any], send_at: tuple[str, int], send_as: 
                 pause = start + i / rate - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)
-            headers = {"bench_seq": str(i), "bench_due": str(now_ms() + delay)}
-            if delay_header:
+            due = now_ms() + delay
+            headers = {"bench_seq": str(i), "bench_due": str(due)}
+            if delay_header == "JMSDeliveryTime":  # the due time itself, not a delay
+                headers[delay_header] = str(due)
+            elif delay_header:
                 headers[delay_header] = str(delay)
             if i == n - 1:
                 listener.receipt_id = headers["receipt"] = "last"
@@ -487,7 +493,7 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
     try:
         before, cpu0 = bridge.metrics(), bridge.cpu()
         run = lateness_run(broker, bridge.address, broker, [f"/queue/{target}"] * n, target, delays,
-                           "x-delay", body, args.timeout, rate)
+                           args.a_header, body, args.timeout, rate)
         time.sleep(0.5)
         run["bridge_histogram"] = histogram(before, bridge.metrics())
         run["bridge_cpu_s"] = bridge.cpu() - cpu0
@@ -496,7 +502,7 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
         bridge.stop()
         cleanup(broker_name, args, [target] if broker_name == "rabbitmq" else [], state)
     out["bridge"] = run
-    report_a(broker_name, f"bridge (x-delay, consumed from the broker), {how}", run)
+    report_a(broker_name, f"bridge ({args.a_header}, consumed from the broker), {how}", run)
 
     try:
         wait_quiet(f"{broker_name} {how} through the broker's own mechanism")
@@ -868,6 +874,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--a-rate", type=float, default=1000.0,
                         help="send rate of part a's paced run (0: no paced run)")
     parser.add_argument("--a-paced-messages", type=int, default=15000)
+    parser.add_argument("--a-header", choices=("x-delay", "JMSDeliveryTime"), default="x-delay",
+                        help="how part a asks the bridge for the delay (JMSDeliveryTime: the "
+                        "due time itself, so lateness from the sender has no read wait in it)")
     parser.add_argument("--b-messages", type=int, default=200000)
     parser.add_argument("--b-size", type=int, default=256, help="body bytes in part b")
     parser.add_argument("--b-settle", type=float, default=30.0,
