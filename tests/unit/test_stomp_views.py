@@ -137,3 +137,32 @@ def test_without_interest_a_message_is_relayed_as_its_bytes() -> None:
     s.from_broker(b"CONNECTED\nversion:1.2\n\n\x00")
     raw = message(1)
     assert s.from_broker(raw).to_client == [raw]
+
+
+def _view_of(raw: bytes, version: str) -> Delivery:
+    from bridge.frontends.stomp.translate import delivery_view
+    events = FrameParser(version=version, validate=False).feed(raw)
+    return delivery_view(events[0], version)  # type: ignore[arg-type]
+
+
+def test_escaped_ids_are_read_one_value_at_a_time() -> None:
+    """ActiveMQ escapes the colons of every message id: the view reads them unescaped without
+    decoding the whole head; STOMP 1.0 takes a backslash as it stands."""
+    raw = (b"MESSAGE\ndestination:/queue/q\nsubscription:s1\nmessage-id:ID\\cvm-1\\c7\n"
+           b"ack:ID\\cvm-1\\c7\nx-other:a\\\\b\n\nbody\x00")
+    view = _view_of(raw, "1.2")
+    assert (view.ack_id, view.destination, view.subscription) == ("ID:vm-1:7", "/queue/q", "s1")
+    assert view.headers.get("message-id") == "ID:vm-1:7"
+    assert view.headers._all is None  # type: ignore[attr-defined]  # nothing decoded whole
+    assert dict(view.headers)["x-other"] == "a\\b"
+    assert _view_of(raw.replace(b"\\c", b"!"), "1.0").headers.get("x-other") == "a\\\\b"
+
+
+def test_a_bad_escape_in_a_header_nobody_reads_is_still_found_at_once() -> None:
+    import pytest
+    from bridge.frontends.stomp.errors import StompProtocolError
+    raw = (b"MESSAGE\ndestination:/queue/q\nsubscription:s1\nmessage-id:ID\\cvm\n"
+           b"ack:ID\\cvm\nx-other:a\\tb\n\nbody\x00")
+    with pytest.raises(StompProtocolError) as info:
+        _view_of(raw, "1.2")
+    assert info.value.kind == "bad-escape"

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from bridge.frontends.lazy_headers import LazyHeaders
-from bridge.frontends.stomp.escaping import escape
+from bridge.frontends.stomp.escaping import escape, unescape, unescape_table
 from bridge.frontends.stomp.frame import Frame, serialize
 from bridge.intercept.chain import Interest
 from bridge.intercept.decisions import Copy, Relay, Rewrite
@@ -74,14 +74,17 @@ _NEEDLES: dict[str, bytes] = {}
 
 class FrameHeaders(LazyHeaders):
     """A MESSAGE's headers, read off its bytes one at a time: a delivery view costs a few
-    substring searches, and the frame is decoded whole only when something iterates over it or
-    a value holds an escape. First occurrence wins, as when decoded."""
+    substring searches, and the frame is decoded whole only when something iterates over it.
+    ``table`` undoes the escapes of a value that has them (ActiveMQ escapes the colons of every
+    message id); None takes backslashes as they stand (STOMP 1.0). First occurrence wins, as
+    when decoded."""
 
-    __slots__ = ("_frame",)
+    __slots__ = ("_frame", "_table")
 
-    def __init__(self, frame: Frame) -> None:
+    def __init__(self, frame: Frame, table: dict[str, str] | None = None) -> None:
         super().__init__()
         self._frame = frame
+        self._table = table
 
     def get(self, name: str, default: Any = None) -> Any:
         if self._all is None:
@@ -95,27 +98,42 @@ class FrameHeaders(LazyHeaders):
                 return default
             start = at + len(needle)
             value = raw[start:raw.find(b"\n", start, end)]
-            if b"\\" not in value and b"\r" not in value:
+            if b"\r" not in value:
                 try:
-                    return value.decode()
+                    text = value.decode()
                 except UnicodeDecodeError:
                     pass
+                else:
+                    table = self._table
+                    return unescape(text, table) if table is not None and "\\" in text else text
         return self._decoded().get(name, default)
 
     def _decode_all(self) -> dict[str, str]:
         return headers_of(self._frame)
 
 
+# A backslash that starts no escape the version defines, after any escaped backslashes (1.0
+# defines no escapes: a backslash stands as it is).
+_BAD_ESCAPE: dict[str | None, re.Pattern[bytes] | None] = {
+    None: re.compile(rb"(?<!\\)(?:\\\\)*\\(?![\\cnr])"),
+    "1.2": re.compile(rb"(?<!\\)(?:\\\\)*\\(?![\\cnr])"),
+    "1.1": re.compile(rb"(?<!\\)(?:\\\\)*\\(?![\\cn])"),
+    "1.0": None,
+}
+
+
 def delivery_view(frame: Frame, version: str | None) -> Delivery:
-    """A MESSAGE as a view. Plain ASCII headers without escapes (the common case) are read off
-    the bytes as needed; any others are decoded now, so a header the broker got wrong is found
-    here (a protocol error the session reports) and not later, when a settlement reads it."""
+    """A MESSAGE as a view. ASCII headers (the common case) are read off the bytes as needed;
+    any others, and a head with an escape the version does not define, are decoded now, so a
+    header the broker got wrong is found here (a protocol error the session reports) and not
+    later, when a settlement reads it."""
     head = frame.raw[:frame.body_at]
     headers: Mapping[str, str]
-    if b"\\" in head or not head.isascii():
+    bad = _BAD_ESCAPE.get(version)
+    if not head.isascii() or (bad is not None and b"\\" in head and bad.search(head)):
         headers = headers_of(frame)
     else:
-        headers = FrameHeaders(frame)
+        headers = FrameHeaders(frame, unescape_table(version))
     return Delivery(
         destination=headers.get("destination", ""),
         subscription=headers.get("subscription", ""),
