@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bridge.frontends.stomp import FrameParser, serialize
+from bridge.frontends.stomp.errors import StompProtocolError
 from bridge.frontends.stomp.session import Session, State
+from bridge.frontends.stomp.translate import delivery_view
 from bridge.intercept.chain import Chain, Interceptor, Interest
 from bridge.intercept.decisions import RELAY, Decision, Rewrite
 from bridge.intercept.views import Delivery, Settle, Settlement
@@ -140,7 +144,6 @@ def test_without_interest_a_message_is_relayed_as_its_bytes() -> None:
 
 
 def _view_of(raw: bytes, version: str) -> Delivery:
-    from bridge.frontends.stomp.translate import delivery_view
     events = FrameParser(version=version, validate=False).feed(raw)
     return delivery_view(events[0], version)  # type: ignore[arg-type]
 
@@ -159,8 +162,6 @@ def test_escaped_ids_are_read_one_value_at_a_time() -> None:
 
 
 def test_a_bad_escape_in_a_header_nobody_reads_is_still_found_at_once() -> None:
-    import pytest
-    from bridge.frontends.stomp.errors import StompProtocolError
     raw = (b"MESSAGE\ndestination:/queue/q\nsubscription:s1\nmessage-id:ID\\cvm\n"
            b"ack:ID\\cvm\nx-other:a\\tb\n\nbody\x00")
     with pytest.raises(StompProtocolError) as info:
