@@ -112,13 +112,11 @@ class FrameHeaders(LazyHeaders):
         return headers_of(self._frame)
 
 
-# A backslash that starts no escape the version defines, after any escaped backslashes (1.0
-# defines no escapes: a backslash stands as it is).
+# A backslash that starts no escape the version defines, once the escaped backslashes are taken
+# out (1.0 defines no escapes: a backslash stands as it is).
 _BAD_ESCAPE: dict[str | None, re.Pattern[bytes] | None] = {
-    None: re.compile(rb"(?<!\\)(?:\\\\)*\\(?![\\cnr])"),
-    "1.2": re.compile(rb"(?<!\\)(?:\\\\)*\\(?![\\cnr])"),
-    "1.1": re.compile(rb"(?<!\\)(?:\\\\)*\\(?![\\cn])"),
-    "1.0": None,
+    None: re.compile(rb"\\(?![cnr])"), "1.2": re.compile(rb"\\(?![cnr])"),
+    "1.1": re.compile(rb"\\(?![cn])"), "1.0": None,
 }
 
 
@@ -130,7 +128,8 @@ def delivery_view(frame: Frame, version: str | None) -> Delivery:
     head = frame.raw[:frame.body_at]
     headers: Mapping[str, str]
     bad = _BAD_ESCAPE.get(version)
-    if not head.isascii() or (bad is not None and b"\\" in head and bad.search(head)):
+    if not head.isascii() or (
+            bad is not None and b"\\" in head and bad.search(head.replace(b"\\\\", b""))):
         headers = headers_of(frame)
     else:
         headers = FrameHeaders(frame, unescape_table(version))
