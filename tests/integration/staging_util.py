@@ -7,7 +7,7 @@ import time
 import urllib.request
 import uuid
 from base64 import b64encode
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,9 +57,10 @@ def management(broker: Broker, path: str) -> dict:  # type: ignore[type-arg]
         return json.loads(reply.read())  # type: ignore[no-any-return]
 
 
-def clean(broker: Broker, layout: Layout) -> None:
-    """Remove a test's staging queues and whatever is left on them."""
-    queues = list(layout.all_queues)
+def clean(broker: Broker, layout: Layout, also: Sequence[str] = ()) -> None:
+    """Remove a test's staging queues, and the queues ``also`` names, with whatever is left on
+    them (on ActiveMQ, which removes a queue once it is empty and unused, they are drained)."""
+    queues = [*layout.all_queues, *also]
     if broker.name == "rabbitmq":
         conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
         channel = conn.channel()

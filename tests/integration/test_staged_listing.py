@@ -85,12 +85,18 @@ def two_bridges(request: pytest.FixtureRequest, broker: Broker, tmp_path: Path
     finally:
         for p in procs:
             p.stop()
-        clean(broker, layout)
+        # (the other traffic's queues too: nothing consumes them)
+        clean(broker, layout, also=[_other_queue(layout, i) for i in range(len(procs))])
 
 
-def _other_traffic(bridge: BridgeProcess, broker: Broker, stop: threading.Event) -> None:
+def _other_queue(layout: Layout, i: int) -> str:
+    return f"jbt-listing-other-{layout.prefix.rsplit('-', 1)[-1]}-{i}"
+
+
+def _other_traffic(bridge: BridgeProcess, broker: Broker, queue: str,
+                   stop: threading.Event) -> None:
     """Plain and delayed sends to another queue through the bridge, as other clients do."""
-    other = f"/queue/jbt-listing-other-{uuid.uuid4().hex[:8]}"
+    other = f"/queue/{queue}"
     conn, _ = connect(bridge.stomp_port, broker.user, broker.password)
     i = 0
     while not stop.is_set():
@@ -109,8 +115,9 @@ def test_every_pending_message_is_listed(
     confirmed: dict[str, tuple[int, int]] = {}  # message id -> (confirmed at, due no earlier)
     lock = threading.Lock()
     stop = threading.Event()
-    others = [threading.Thread(target=_other_traffic, args=(b, broker, stop), daemon=True)
-              for b in bridges]
+    others = [threading.Thread(target=_other_traffic,
+                               args=(b, broker, _other_queue(layout, i), stop), daemon=True)
+              for i, b in enumerate(bridges)]
     for t in others:
         t.start()
 
