@@ -17,6 +17,7 @@ from typing import Any
 from bridge.frontends.lazy_headers import LazyHeaders
 from bridge.frontends.stomp.escaping import escape, unescape, unescape_table
 from bridge.frontends.stomp.frame import Frame, serialize
+from bridge.frontends.stomp.header_decoding import ESCAPES
 from bridge.intercept.chain import Interest
 from bridge.intercept.decisions import Copy, Relay, Rewrite
 from bridge.intercept.views import Delivery, Principal, Send, Settle, Settlement, Subscribe
@@ -112,11 +113,11 @@ class FrameHeaders(LazyHeaders):
         return headers_of(self._frame)
 
 
-# A backslash that starts no escape the version defines, once the escaped backslashes are taken
-# out (1.0 defines no escapes: a backslash stands as it is).
+# A backslash that starts no escape the version defines (``ESCAPES``, the codec's), once the
+# escaped backslashes are taken out; 1.0 defines none: a backslash stands as it is.
 _BAD_ESCAPE: dict[str | None, re.Pattern[bytes] | None] = {
-    None: re.compile(rb"\\(?![cnr])"), "1.2": re.compile(rb"\\(?![cnr])"),
-    "1.1": re.compile(rb"\\(?![cn])"), "1.0": None,
+    version: None if escape is None else re.compile(rb"\\(?!%s)" % escape[2:])
+    for version, escape in ESCAPES.items()
 }
 
 
