@@ -5,12 +5,13 @@ broker go in (``receive_data``) and events come out; requests go in and bytes to
 What the RabbitMQ adapter needs where pika's BlockingChannel costs too much (it writes and polls
 after every publish and ack): a batch of publishes and acks and its Tx.Commit written at once
 (``commit``; the broker answers with a ``Returned`` for each mandatory publish it could not
-route, then ``Committed``), and a queue consumed for the dead-letter tools (``declare_passive``,
-``qos``, ``consume``, ``get``, ``cancel``: each answered by one event; deliveries come as
-``Delivery`` events at any time). A message's properties stay encoded both ways (the property
-flags and list of its content header): the adapter encodes and decodes them as pika does, so a
-header table keeps the types it has on every other path, and a message sent on as it came is
-sent with the bytes it came with.
+route, then ``Committed``), and queues consumed for the staging engine and the dead-letter
+tools (``declare_passive``, ``qos``, ``consume``, ``get``, ``cancel``: each answered by one
+event; deliveries come as ``Delivery`` events at any time; ``ack`` and ``nack`` have no
+answer). A message's properties stay encoded both ways (the property flags and list of its
+content header): the adapter decodes them as the AMQP front-end does
+(``adapters.amqp_properties``), so a header table keeps the types it has on every other path,
+and a message sent on as it came is sent with the bytes it came with.
 
 Every transition is in ``_NEXT`` (the handshake and the closes) and ``_REPLIES`` (a request's
 answer): anything else is a ``ClientProtocolError`` carrying the reply code to close the
@@ -241,6 +242,11 @@ def ack_frame(channel: int, delivery_tag: int, *, multiple: bool = False) -> byt
     return _ACK.pack(FRAME_METHOD, channel, 13, 60, 80, delivery_tag, multiple) + b"\xce"
 
 
+def nack_frame(channel: int, delivery_tag: int, *, requeue: bool = True) -> bytes:
+    """Basic.Nack of one delivery (bits: multiple off, requeue)."""
+    return _ACK.pack(FRAME_METHOD, channel, 13, 60, 120, delivery_tag, requeue << 1) + b"\xce"
+
+
 class ClientChannel:
     """One connection, channel ``CHANNEL`` (in transaction mode when ``transactional``). The
     handshake runs by itself from the protocol header on: ``Ready`` says it is done. No
@@ -296,6 +302,18 @@ class ClientChannel:
         self._out += frames
         self._request(TX_COMMIT, b"")
 
+    def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+        """Basic.Ack, which has no answer (on a channel in transaction mode, done at the next
+        commit)."""
+        self._settling("ack")
+        self._out.append(ack_frame(CHANNEL, delivery_tag, multiple=multiple))
+
+    def nack(self, delivery_tag: int, *, requeue: bool = True) -> None:
+        """Basic.Nack of one delivery, which has no answer: back on its queue (``requeue``),
+        where a classic queue puts it at its old place."""
+        self._settling("nack")
+        self._out.append(nack_frame(CHANNEL, delivery_tag, requeue=requeue))
+
     # Requests with a queue name are written here: pamqp refuses names RabbitMQ takes ("a/b").
     def declare_passive(self, queue: str) -> None:
         """``DeclareOk`` for a queue the broker has; ``ChannelClosed`` (404) when it has not."""
@@ -335,6 +353,11 @@ class ClientChannel:
             return
         self._send(commands.Connection.Close(reply_code, reply_text[:255], 0, 0), 0)
         self.state = State.CLOSING
+
+    def _settling(self, what: str) -> None:
+        """A delivery is settled on the open channel, an answer awaited or not."""
+        if self.state not in (State.READY, State.WAITING):
+            raise RuntimeError(f"cannot {what}: {self.state.value}")
 
     def _ready(self, what: str, *, transaction: bool = False) -> None:
         if self.state is not State.READY:
@@ -387,6 +410,10 @@ class ClientChannel:
         if kind != FRAME_METHOD or channel not in (0, CHANNEL):
             raise ClientProtocolError(f"an unexpected frame of type {kind} on channel "
                                       f"{channel} ({self.state.value})")
+        if frame[7:11] == _DELIVER_IDS and channel == CHANNEL and self.state in (
+                State.READY, State.WAITING):
+            self._content = (_deliver(frame), b"", -1, bytearray())
+            return None
         try:
             _, _, value = pframe.unmarshal(frame)
         except (pexceptions.UnmarshalingException, ValueError, struct.error) as bad:
@@ -497,6 +524,45 @@ class ClientChannel:
                        method.routing_key or "", properties, body)
         return Delivery(method.delivery_tag or 0, bool(method.redelivered), method.exchange,
                         method.routing_key or "", properties, body, method.consumer_tag)
+
+
+class _Deliver(NamedTuple):
+    """Basic.Deliver's arguments, read here: pamqp's reader was a third of a consumer's work."""
+
+    consumer_tag: str
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    name: str = "Basic.Deliver"
+
+
+_DELIVER_IDS = struct.pack(">HH", 60, 60)
+_U64 = struct.Struct(">Q")
+
+
+def _deliver(frame: bytes) -> _Deliver:
+    """A whole Basic.Deliver method frame's arguments. ClientProtocolError when they do not
+    fit in it."""
+    try:
+        at = 11
+        n = frame[at]
+        consumer_tag = frame[at + 1:at + 1 + n].decode()
+        at += 1 + n
+        (delivery_tag,) = _U64.unpack_from(frame, at)
+        redelivered = bool(frame[at + 8] & 1)
+        at += 9
+        n = frame[at]
+        exchange = frame[at + 1:at + 1 + n].decode()
+        at += 1 + n
+        n = frame[at]
+        routing_key = frame[at + 1:at + 1 + n].decode()
+        if at + 1 + n != len(frame) - 1:
+            raise ValueError(f"{len(frame) - 2 - at - n} bytes left over")
+    except (IndexError, ValueError, struct.error) as bad:
+        raise ClientProtocolError(f"a Basic.Deliver that does not decode: {bad}",
+                                  FRAME_ERROR) from None
+    return _Deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key)
 
 
 def _answer(value: Any) -> Event:

@@ -3,7 +3,9 @@
 Headers are mapped to and from AMQP properties as RabbitMQ's STOMP plugin does it
 (``adapters.rabbitmq_stomp``). The connection, its channels and the translation of pika's errors
 are ``adapters.rabbitmq_connection``'s; settling and publishing ``adapters.rabbitmq_puts``'s (a
-batch's puts in one transaction through ``adapters.rabbitmq_client``); ``check_put`` (the
+batch's puts in one transaction through ``adapters.rabbitmq_client``, whose own connection
+also carries the subscriptions to staging queues: their deliveries read without pika's work on
+each frame, their acks written without a round trip); ``check_put`` (the
 management API) ``adapters.rabbitmq_checks``'s; the messages RabbitMQ expires
 (``watch_expiries``) ``adapters.rabbitmq_expiry``'s.
 
@@ -15,21 +17,26 @@ seconds.
 from __future__ import annotations
 
 import functools
+import struct
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pika
 import pika.exceptions
 import structlog
+from pamqp import exceptions as pexceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from adapters.amqp_client import Delivery
+from adapters.amqp_properties import read_values
 from adapters.base import Held, Message, StagedFormat
 from adapters.rabbitmq_checks import Checks
-from adapters.rabbitmq_client import Publisher
+from adapters.rabbitmq_client import Consumer, Publisher
 from adapters.rabbitmq_connection import Tag, close_quietly, parameters, refusal_reason
 from adapters.rabbitmq_expiry import Expiries
 from adapters.rabbitmq_puts import Puts
-from adapters.rabbitmq_stomp import escape_queue, stomp_headers
+from adapters.rabbitmq_stomp import escape_queue, headers_of, stomp_headers
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, Refused, StagingQueueMismatch
 
@@ -50,6 +57,11 @@ from policies.errors import BrokerUnavailable, Refused, StagingQueueMismatch
 # is given back about 4.3 million times). They add an ``x-delivery-count`` header to every
 # delivery; the adapter drops it (it is the broker's, not the application's).
 QUEUE_TYPES = ("classic", "quorum")
+# While the subscriptions' connection is waited on, pika's is read this often (the control
+# topic's orders come there).
+PIKA_EVERY_S = 0.05
+# What reading a delivery's properties off the wire may raise, for bytes that are not any.
+_UNDECODABLE = (IndexError, ValueError, struct.error, pexceptions.PAMQPException)
 QUORUM_DELIVERY_LIMIT = 2_000_000_000
 QUORUM_ARGUMENTS: dict[str, Any] = {
     "x-queue-type": "quorum", "x-delivery-limit": QUORUM_DELIVERY_LIMIT,
@@ -119,6 +131,7 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._confirm: BlockingChannel | None = None
         self._scratch: BlockingChannel | None = None
         self._publisher: Publisher | None = None  # batches in one transaction
+        self._consumer: Consumer | None = None  # the subscriptions to staging queues
         self._listening: BlockingChannel | None = None  # listen's subscriptions
         # Peeks (basic.get) go on a channel of their own: on a subscription's channel a get
         # waits in the broker's channel process behind every ack and delivery there, seconds
@@ -134,6 +147,9 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._delivered: list[Held] = []
         # A subscription's queue -> the delivery tags it holds on its channel, in their order.
         self._holding: dict[str, dict[int, None]] = {}
+        # The delivery tags the subscriptions' connection holds, in their order (one count
+        # across all its consumers).
+        self._own_order: dict[int, None] = {}
         self._peek_holding: dict[int, str] = {}  # delivery tag on the peek channel -> its queue
         self._log = structlog.get_logger("adapters.rabbitmq").bind(
             broker=self.name, address=str(amqp))
@@ -256,12 +272,6 @@ class RabbitMQ(Puts, Checks, Expiries):
         data = body if isinstance(body, bytes) else (body or "").encode()
         return method.delivery_tag, props or pika.BasicProperties(), data
 
-    def _held(
-        self, queue: str, tag: int, props: pika.BasicProperties, body: bytes
-    ) -> Held:
-        self._holding.setdefault(queue, {})[tag] = None
-        return Held(queue, self._message(props, body), Tag(self._generation, tag, queue=queue))
-
     def _message(self, props: pika.BasicProperties, body: bytes) -> Message:
         """A message read from a queue, without the header a quorum queue adds to it."""
         headers = stomp_headers(props)
@@ -274,26 +284,40 @@ class RabbitMQ(Puts, Checks, Expiries):
         tag = self._tag(held)
         if not self._live(tag):
             return  # its channel is gone, so the broker has put it back already
-        ch = self._ack_channel(tag)
-        with self._translate():
-            ch.basic_nack(tag.delivery_tag, multiple=False, requeue=True)
+        self._settle_one(tag, requeue=True)
 
     def subscribe(self, queue: str, prefetch: int) -> None:
-        """Consume ``queue`` on a channel of its own, ``prefetch`` unacked at most."""
-        ch = self._consumer_channel(queue, prefetch)
-        with self._translate():
-            ch.basic_consume(queue, functools.partial(self._on_delivery, queue), auto_ack=False)
+        """Consume ``queue`` on the subscriptions' own connection, ``prefetch`` unacked at
+        most."""
+        with self._ended_consumer():
+            self._subscriptions().subscribe(queue, prefetch)
 
-    def _on_delivery(
-        self,
-        queue: str,
-        _ch: BlockingChannel,
-        method: pika.spec.Basic.Deliver,
-        props: pika.BasicProperties,
-        body: bytes,
-    ) -> None:
-        assert method.delivery_tag is not None
-        self._delivered.append(self._held(queue, method.delivery_tag, props, body))
+    def _read_own(self, wait_s: float) -> None:
+        """The subscriptions' deliveries that have come (up to ``wait_s`` for the first), as
+        held messages. Their properties are read off the wire as the AMQP front-end reads
+        them; a delivery whose properties do not decode ends the connection."""
+        consumer = self._consumer
+        assert consumer is not None
+        with self._ended_consumer():
+            self._take_own(consumer, consumer.read(wait_s))
+
+    def _take_own(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        """The subscriptions' deliveries as held messages. BrokerUnavailable for one whose
+        properties do not decode (the subscriptions' connection is ended)."""
+        for d in deliveries:
+            queue = consumer.queues.get(d.consumer_tag or "", "")
+            try:
+                headers = headers_of(read_values(d.properties, 0))
+            except _UNDECODABLE as bad:
+                consumer.close()
+                raise BrokerUnavailable(f"{self._where()}: a delivery from {queue} whose "
+                                        f"properties do not decode ({bad!r})") from None
+            if self._quorum:
+                headers.pop(DELIVERY_COUNT, None)
+            self._holding.setdefault(queue, {})[d.delivery_tag] = None
+            self._own_order[d.delivery_tag] = None
+            self._delivered.append(Held(queue, Message(headers, d.body), Tag(
+                self._generation, d.delivery_tag, queue=queue, own=True)))
 
     def listen(self, topic: str) -> None:
         """A server-named exclusive queue bound to ``amq.topic`` with ``topic`` as its key (what
@@ -334,14 +358,26 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._delivered.append(Held(topic, Message(stomp_headers(props), body), None))
 
     def poll(self, timeout: float) -> list[Held]:
-        """Deliveries since the last call; waits up to ``timeout`` s for the first."""
+        """Deliveries since the last call; waits up to ``timeout`` s for the first. With
+        subscriptions, the wait is on their connection, and pika's (the control topic's
+        orders, heart-beats) is read at least every PIKA_EVERY_S."""
         self._channel()
-        assert self._conn is not None
+        conn = self._conn
+        assert conn is not None
         with self._translate():
-            self._conn.process_data_events(time_limit=0)
+            conn.process_data_events(time_limit=0)
+        if self._consumer is None:
             if not self._delivered and timeout > 0:
-                # pika takes float seconds (types-pika 1.2 says int)
-                self._conn.process_data_events(time_limit=timeout)  # type: ignore[arg-type]
+                with self._translate():
+                    # pika takes float seconds (types-pika 1.2 says int)
+                    conn.process_data_events(time_limit=timeout)  # type: ignore[arg-type]
+        else:
+            deadline = time.monotonic() + timeout
+            self._read_own(0.0)
+            while not self._delivered and (left := deadline - time.monotonic()) > 0:
+                self._read_own(min(left, PIKA_EVERY_S))
+                with self._translate():
+                    conn.process_data_events(time_limit=0)
         out, self._delivered = self._delivered, []
         return out
 

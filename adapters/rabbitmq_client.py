@@ -8,7 +8,8 @@ the next use after a failure. It asks for no heart-beats, as it speaks only whil
 an answer: each wait is at most REPLY_S (the blocked-connection timeout once the broker says it
 holds publishes back), and before each request it reads what came while it was idle (a Close
 from the broker: it connects again). ``Publisher`` puts the staging engine's batches, each in one
-transaction; the dead-letter tools' sweeps consume, publish and ack on a ``Wire`` of their own
+transaction; ``Consumer`` carries its subscriptions to the staging queues; the dead-letter
+tools' sweeps consume, publish and ack on a ``Wire`` of their own
 (``adapters.queues_rabbitmq``).
 
 Errors: ``BrokerUnavailable`` when the connection cannot be made or is lost (a batch lost while
@@ -24,7 +25,7 @@ import select
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pika
 import pika.credentials
@@ -37,10 +38,12 @@ from adapters.amqp_client import (
     ClientProtocolError,
     Committed,
     ConnectionClosed,
+    ConsumeOk,
     Delivery,
     Event,
     Got,
     Publish,
+    QosOk,
     Ready,
     Returned,
     State,
@@ -51,6 +54,7 @@ from policies.reasons import MQRC_HOST_NOT_AVAILABLE, MQRC_NOT_AUTHORIZED
 
 REPLY_S = 60.0  # an answer not come by then: the connection is taken for lost
 CLOSE_S = 1.0  # how long a close waits for the broker's Close-Ok
+MEANWHILE_S = 0.0005  # a wait with other work to do looks for the answer this often
 HANDSHAKE_S = 15.0  # pika's default stack timeout, where the parameters set none
 
 
@@ -117,12 +121,14 @@ class Wire:
         return proto
 
     def until(self, done: type[Event] | tuple[type[Event], ...],
-              wait_s: float = REPLY_S) -> list[Event]:
+              wait_s: float = REPLY_S, meanwhile: Callable[[], bool] | None = None,
+              ) -> list[Event]:
         """Write what is queued, then read until an event of type ``done``: every event up to
         it, that one last (those after it wait for the next call). ChannelRefused for a channel
         the broker closed; BrokerUnavailable for a connection lost, closed by the broker, or
         silent for ``wait_s`` (while the broker says it holds publishes back: for its
-        blocked-connection timeout)."""
+        blocked-connection timeout). ``meanwhile`` is called while the answer has not come,
+        until it returns False: other work done during the broker's round trip."""
         out: list[Event] = []
         deadline = time.monotonic() + wait_s
         blocked = self._params.blocked_connection_timeout
@@ -144,6 +150,11 @@ class Wire:
                     if isinstance(event, done):
                         return out
             left = deadline - time.monotonic()
+            if meanwhile is not None and left > 0:
+                if not meanwhile():
+                    meanwhile = None
+                self._pump(min(left, MEANWHILE_S))
+                continue
             if left <= 0 or not self._pump(left):
                 raise self._lost(f"no answer within {wait_s:g} s", TimeoutError())
 
@@ -299,8 +310,90 @@ class Wire:
 class Publisher(Wire):
     """The staging engine's batches of puts, each in one transaction."""
 
-    def commit(self, publishes: Sequence[Publish]) -> list[Returned]:
+    def commit(self, publishes: Sequence[Publish],
+               meanwhile: Callable[[], bool] | None = None) -> list[Returned]:
         """Put ``publishes`` in one transaction; the ones the broker returned unroutable, in
-        the order published. ValueError: one cannot be written (nothing was sent)."""
+        the order published. ValueError: one cannot be written (nothing was sent).
+        ``meanwhile``: as for ``until``."""
         self.channel().commit(publishes)
-        return [e for e in self.until(Committed) if isinstance(e, Returned)]
+        return [e for e in self.until(Committed, meanwhile=meanwhile)
+                if isinstance(e, Returned)]
+
+
+class Consumer(Wire):
+    """The staging engine's subscriptions, on one channel of a connection of their own (not in
+    transaction mode): its deliveries read without pika's work on each frame, their acks and
+    nacks written without a round trip. Basic.Qos before each Basic.Consume gives that consumer
+    its own prefetch (RabbitMQ's per-consumer limit). Its subscriptions die with its connection
+    or channel: every use after that raises BrokerUnavailable (the broker has put back what it
+    held), and the adapter subscribes again on a new one."""
+
+    def __init__(self, params: pika.ConnectionParameters, where: str,
+                 log: FilteringBoundLogger) -> None:
+        super().__init__(params, where, log, transactional=False, reopen=False)
+        self.queues: dict[str, str] = {}  # consumer tag -> its queue
+        self._gone = False
+
+    @property
+    def open(self) -> bool:
+        return not self._gone and self._proto is not None and self._proto.state in (
+            State.READY, State.WAITING)
+
+    def close(self) -> None:
+        self._gone = True
+        super().close()
+
+    def subscribe(self, queue: str, prefetch: int) -> None:
+        """Consume ``queue``, at most ``prefetch`` of its deliveries unacked."""
+        proto = self._live().channel()
+        proto.qos(prefetch)
+        self._guard(QosOk)
+        proto.consume(queue)
+        ok = self._guard(ConsumeOk)[-1]
+        assert isinstance(ok, ConsumeOk)
+        self.queues[ok.consumer_tag] = queue
+
+    def read(self, wait_s: float) -> list[Delivery]:
+        """The deliveries that have come, waiting up to ``wait_s`` for some when none has."""
+        self._live()
+        if not self.delivered:
+            try:
+                self.poll(wait_s)
+            except (BrokerUnavailable, ChannelRefused) as exc:
+                raise self._ended(exc) from exc
+        out = list(self.delivered)
+        self.delivered.clear()
+        return out
+
+    def settle(self, acks: Sequence[tuple[int, bool]] = (), requeue: Sequence[int] = ()) -> None:
+        """Write the acks ((delivery tag, multiple) each) and the nacks that put deliveries
+        back; none is answered."""
+        proto = self._live()._proto
+        assert proto is not None
+        for tag, multiple in acks:
+            proto.ack(tag, multiple=multiple)
+        for tag in requeue:
+            proto.nack(tag)
+        try:
+            self._flush()
+        except BrokerUnavailable as exc:
+            raise self._ended(exc) from exc
+
+    def _live(self) -> Consumer:
+        if self._gone or (self._proto is not None and not self.open):
+            raise self._ended(None)
+        return self
+
+    def _guard(self, done: type[Event]) -> list[Event]:
+        try:
+            return self.until(done)
+        except (BrokerUnavailable, ChannelRefused) as exc:
+            raise self._ended(exc) from exc
+
+    def _ended(self, cause: BaseException | None) -> BrokerUnavailable:
+        """The subscriptions are gone with their channel or connection."""
+        self._gone = True
+        self._drop()
+        why = f": {cause}" if cause is not None else ""
+        return BrokerUnavailable(f"{self._where}: the staging subscriptions' connection "
+                                 f"ended{why}")

@@ -25,7 +25,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from structlog.typing import FilteringBoundLogger
 
 from adapters.base import Held, connect_with_retries
-from adapters.rabbitmq_client import Publisher
+from adapters.rabbitmq_client import Consumer, Publisher
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable
 from policies.reasons import (
@@ -44,6 +44,7 @@ class Tag:
     delivery_tag: int
     peeked: bool = False  # got by a peek, on the peek channel
     queue: str = ""  # else delivered to the subscription to this queue, on its channel
+    own: bool = False  # on the subscriptions' own connection (``Consumer``), not pika's
 
 
 def refusal_reason(reply_code: int, reply_text: str) -> Reason:
@@ -97,6 +98,7 @@ class Connection:
     _confirm: BlockingChannel | None
     _scratch: BlockingChannel | None
     _publisher: Publisher | None
+    _consumer: Consumer | None
     _listening: BlockingChannel | None
     _peeker: BlockingChannel | None
     _peek_generation: int
@@ -104,6 +106,7 @@ class Connection:
     _declared: set[str]
     _delivered: list[Held]
     _holding: dict[str, dict[int, None]]
+    _own_order: dict[int, None]
     _peek_holding: dict[int, str]
     _log: FilteringBoundLogger
 
@@ -118,6 +121,9 @@ class Connection:
         if self._publisher is not None:  # to follow ``main`` to the node it reaches
             self._publisher.close()
             self._publisher = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
         at = self._nodes.index(self._params)
         failed: BaseException | None = None
         for params in self._nodes[at:] + self._nodes[:at]:
@@ -140,6 +146,7 @@ class Connection:
         self._delivered.clear()
         self._subs.clear()
         self._holding.clear()
+        self._own_order.clear()
         self._peek_holding.clear()
         self._log.debug("connected")
 
@@ -152,8 +159,12 @@ class Connection:
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
             publisher.close()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
         self._delivered.clear()
         self._holding.clear()
+        self._own_order.clear()
         self._peek_holding.clear()
         if conn is not None and conn.is_open:
             with contextlib.suppress(pika.exceptions.AMQPError, OSError):
@@ -216,6 +227,14 @@ class Connection:
             self._publisher = Publisher(self._params, self._where(), self._log)
         return self._publisher
 
+    def _subscriptions(self) -> Consumer:
+        """The connection the subscriptions to staging queues are consumed on, to the node
+        ``main``'s connection reached."""
+        self._channel()
+        if self._consumer is None:
+            self._consumer = Consumer(self._params, self._where(), self._log)
+        return self._consumer
+
     def _consumer_channel(self, queue: str, prefetch: int) -> BlockingChannel:
         """The channel of the subscription to ``queue``, opened with its prefetch."""
         self._channel()
@@ -243,7 +262,42 @@ class Connection:
         if tag.peeked:
             return (tag.generation == self._peek_generation and self._peeker is not None
                     and self._peeker.is_open)
+        if tag.own:
+            return (tag.generation == self._generation and self._consumer is not None
+                    and self._consumer.open)
         return tag.generation == self._generation
+
+    def _settle_one(self, tag: Tag, *, requeue: bool = False) -> None:
+        """Ack ``tag`` (it is live), or put it back on its queue (``requeue``)."""
+        if tag.own:
+            self._forget_own(tag)
+            with self._ended_consumer():
+                assert self._consumer is not None
+                if requeue:
+                    self._consumer.settle(requeue=[tag.delivery_tag])
+                else:
+                    self._consumer.settle([(tag.delivery_tag, False)])
+            return
+        ch = self._ack_channel(tag)
+        with self._translate():
+            if requeue:
+                ch.basic_nack(tag.delivery_tag, multiple=False, requeue=True)
+            else:
+                ch.basic_ack(tag.delivery_tag, multiple=False)
+
+    def _forget_own(self, tag: Tag) -> None:
+        self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
+        self._own_order.pop(tag.delivery_tag, None)
+
+    @contextlib.contextmanager
+    def _ended_consumer(self) -> Iterator[None]:
+        """The subscriptions' connection ended: so does the adapter's (everything it holds is
+        back on its queue), to be connected and subscribed again."""
+        try:
+            yield
+        except BrokerUnavailable:
+            self.close()
+            raise
 
     def _ack_channel(self, tag: Tag) -> BlockingChannel:
         """The channel to settle ``tag`` on (it is live), and forget it there."""
@@ -260,9 +314,17 @@ class Connection:
         each channel the run of its oldest held tags that are all acked here goes in one
         ``basic_ack(multiple=True)``, the rest one by one."""
         acking: dict[str | None, set[int]] = {}  # a subscription's queue, None: peeked
+        own: set[int] = set()
         for tag in tags:
-            acking.setdefault(None if tag.peeked else tag.queue, set()).add(tag.delivery_tag)
+            if tag.own:
+                own.add(tag.delivery_tag)
+                self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
+            else:
+                acking.setdefault(None if tag.peeked else tag.queue, set()).add(
+                    tag.delivery_tag)
         self._channel()
+        if own:
+            self._ack_own(own)
         with self._translate():
             for queue, mine in acking.items():
                 holding: dict[int, Any] = (self._peek_holding if queue is None
@@ -282,6 +344,26 @@ class Connection:
                 for delivery_tag in sorted(mine):
                     holding.pop(delivery_tag, None)
                     ch.basic_ack(delivery_tag, multiple=False)
+
+    def _ack_own(self, mine: set[int]) -> None:
+        """Ack deliveries of the subscriptions' own connection: its delivery tags count up
+        across all its consumers, so the run of the oldest it holds that are all acked here
+        goes in one ack (multiple), the rest one each, all in one write."""
+        run: list[int] = []
+        for delivery_tag in self._own_order:  # in the order delivered
+            if delivery_tag not in mine:
+                break
+            run.append(delivery_tag)
+        acks = [(run[-1], True)] if run else []
+        for delivery_tag in run:
+            del self._own_order[delivery_tag]
+            mine.discard(delivery_tag)
+        for delivery_tag in sorted(mine):
+            self._own_order.pop(delivery_tag, None)
+            acks.append((delivery_tag, False))
+        with self._ended_consumer():
+            assert self._consumer is not None
+            self._consumer.settle(acks)
 
     @staticmethod
     def _tag(held: Held) -> Tag:

@@ -10,14 +10,14 @@ next publish.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pika
 import pika.exceptions
 
-from adapters.amqp_client import Publish
-from adapters.base import Message, Move
-from adapters.rabbitmq_client import ChannelRefused, encoded
+from adapters.amqp_client import Delivery, Publish
+from adapters.base import Held, Message, Move
+from adapters.rabbitmq_client import ChannelRefused, Consumer, encoded
 from adapters.rabbitmq_connection import Connection, describe, refusal_reason
 from adapters.rabbitmq_stomp import Route, amqp_properties, queue_arguments, routable, route
 from policies.errors import BrokerUnavailable, PutRefused
@@ -30,7 +30,9 @@ class Puts(Connection):
     """``settle`` and ``publish`` of ``adapters.rabbitmq.RabbitMQ``."""
 
     _refusing: dict[str, float]
+    _delivered: list[Held]
     _told_fallback: float = 0.0  # (a warning at most every REFUSING_S)
+    _take_own: Callable[[Consumer, list[Delivery]], None]
 
     def settle(self, moves: Sequence[Move]) -> None:
         """Publish every move's message, then ack. A held message from a lost connection stops
@@ -52,6 +54,21 @@ class Puts(Connection):
         if len(puts) > 1 and not self._any_refusing(puts) and self._settle_batch(moves):
             return
         self._settle_each(moves)
+
+    def _read_main(self) -> bool:
+        """While a batch's transaction commits on its own connection, the subscriptions'
+        deliveries coming in are read (most of the engine's own work on them). False once none
+        came (the wait for the commit then blocks, as it does with nothing to read), or there
+        is nothing to read them on. A failure of their connection is met at its next use."""
+        consumer = self._consumer
+        if consumer is None or not consumer.open:
+            return False
+        before = len(self._delivered)
+        try:
+            self._take_own(consumer, consumer.read(0.0))
+        except BrokerUnavailable:
+            return False
+        return len(self._delivered) > before
 
     def _any_refusing(self, puts: Sequence[Move]) -> bool:
         if not self._refusing:
@@ -92,7 +109,7 @@ class Puts(Connection):
                                      where.queue or move.mandatory))
             sent.append((where.exchange, where.routing_key, body))
         try:
-            returned = self._transactions().commit(publishes)
+            returned = self._transactions().commit(publishes, meanwhile=self._read_main)
         except ValueError:
             return False  # a message no frame can carry: refused on its own
         except ChannelRefused as exc:
@@ -130,9 +147,7 @@ class Puts(Connection):
                     self._put(move.destination, move.message, mandatory=move.mandatory)
                 except PutRefused as refused:
                     raise refused.at(i) from None
-            tag = self._tag(move.held)
-            with self._translate():
-                self._ack_channel(tag).basic_ack(tag.delivery_tag, multiple=False)
+            self._settle_one(self._tag(move.held))
 
     def publish(self, destination: str, message: Message, *, mandatory: bool = False) -> None:
         self._put(destination, message, mandatory=mandatory)

@@ -41,10 +41,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pika
 
+from adapters.amqp_properties import PIKA_NAMES, plugin_stamp
 from adapters.amqp_types import overlaid
 from adapters.base import PER_DELIVERY
 from policies.properties import text
@@ -187,6 +188,51 @@ def table_headers(table: Mapping[str, Any], out: dict[str, str]) -> None:
             shown = text(value)
             if shown is not None:
                 out.setdefault(name, shown)
+
+
+TABLE = 2  # the header table's and the delivery mode's places in the 14 property values
+MODE = 3
+# Where each of the plugin's string and integer properties is among the 14 values.
+_STRING_AT: Final = tuple((header, PIKA_NAMES.index(attr)) for header, attr in STRING_PROPERTIES)
+_PRIORITY: Final = PIKA_NAMES.index("priority")
+_TIMESTAMP: Final = PIKA_NAMES.index("timestamp")
+_REPLY_TO: Final = "reply-to"
+_DESTINATION: Final = "destination"
+
+
+def headers_of(values: list[Any], destination: str | None = None) -> dict[str, str]:
+    """A message's properties and header table as their 14 values in wire order
+    (``adapters.amqp_properties.read_values``) as STOMP headers, as the plugin shows them: what
+    ``plugin_headers`` gives for the same properties by pika's names, in the same order, read
+    off the 14 values without making that dict of names first (the AMQP front-end's screened
+    publishes and watched deliveries, the staging engine's deliveries;
+    ``tests/unit/test_amqp_properties.py`` holds the two equal). With ``destination``, a
+    ``destination`` header first, as a publish's view has it (a table entry of that name is
+    dropped, as the plugin drops it)."""
+    out: dict[str, str] = {} if destination is None else {_DESTINATION: destination}
+    table = values[TABLE]
+    if table:
+        table_headers(table, out)
+    for header, at in _STRING_AT:
+        text = values[at]
+        if text is not None:
+            out.setdefault(header, text)
+    priority = values[_PRIORITY]
+    if priority is not None:
+        out.setdefault("priority", str(priority))
+    stamp = values[_TIMESTAMP]
+    if stamp is not None:
+        out.setdefault("timestamp", str(plugin_stamp(stamp)))
+    mode = values[MODE]
+    if mode is not None:
+        out.setdefault("persistent", "true" if mode == 2 else str(mode))
+    reply_to = out.get(_REPLY_TO)
+    if reply_to is not None and not reply_to.startswith(DEST_PREFIXES):
+        out[_REPLY_TO] = REPLY_QUEUE + reply_to
+    for name in PER_DELIVERY:
+        if name in out and (destination is None or name != _DESTINATION):
+            del out[name]
+    return out
 
 
 def nack_requeues(value: str | None) -> bool:

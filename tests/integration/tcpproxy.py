@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import threading
@@ -12,15 +13,28 @@ if TYPE_CHECKING:
     from tests.integration.brokers import Broker
 
 
+def _shut(*socks: socket.socket) -> None:
+    """Both ways of each socket shut (the peer sees the end), whatever state it is in."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class TcpProxy:
     """``accepting=False``: the port is bound but refuses connections, as a broker that has not
     started yet does, until ``open()``. ``hold_s``: each connection is taken on only after that
-    long, as a broker slow to answer (one still starting, or far away) takes it."""
+    long, as a broker slow to answer (one still starting, or far away) takes it. ``record``:
+    the bytes of each connection are kept, (sent to the target, sent back), in ``recorded``."""
 
     def __init__(self, target: tuple[str, int], *, accepting: bool = True,
-                 tls: ssl.SSLContext | None = None, hold_s: float = 0.0) -> None:
+                 tls: ssl.SSLContext | None = None, hold_s: float = 0.0,
+                 record: bool = False) -> None:
         self.target = target
         self.hold_s = hold_s
+        self.record = record
+        self.recorded: list[tuple[bytearray, bytearray]] = []
         self.tls = tls  # given: a TLS server in front of a plain one (a broker's TLS port)
         self.port = 0
         self.listener = self._bind()
@@ -52,10 +66,7 @@ class TcpProxy:
         self.listener = self._bind()
 
     def _close_listener(self) -> None:
-        try:  # wakes the accept() blocked in the other thread; close() alone would not
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        _shut(self.listener)  # wakes the accept() blocked in the other thread; close() would not
         self.listener.close()
 
     def _accept(self, listener: socket.socket) -> None:
@@ -64,7 +75,7 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
-            if self.hold_s:
+            if self.hold_s or self.tls is not None:  # (a slow TLS handshake holds no other)
                 threading.Thread(target=self._take, args=(client,), daemon=True).start()
             else:
                 self._take(client)
@@ -81,35 +92,54 @@ class TcpProxy:
         except OSError:
             client.close()  # the broker itself is not there: the client sees it go
             return
+        kept = (bytearray(), bytearray())
         with self._lock:
             self.pairs.append((client, upstream))
-        for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._copy, args=(a, b), daemon=True).start()
+            if self.record:
+                self.recorded.append(kept)
+        if isinstance(client, ssl.SSLSocket):  # one thread: a TLS socket is not for two
+            threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
+            return
+        for a, b, into in ((client, upstream, kept[0]), (upstream, client, kept[1])):
+            threading.Thread(target=self._copy, args=(a, b, into if self.record else None),
+                             daemon=True).start()
 
     @staticmethod
-    def _copy(src: socket.socket, dst: socket.socket) -> None:
+    def _copy(src: socket.socket, dst: socket.socket, into: bytearray | None) -> None:
         try:
             while data := src.recv(65536):
+                if into is not None:
+                    into += data
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(src, dst)
+
+    @staticmethod
+    def _relay(tls: ssl.SSLSocket, plain: socket.socket) -> None:
+        """Both ways between a TLS client and its plain upstream, in one thread: a read and a
+        write on one TLS connection from two threads at once can stall it (OpenSSL's
+        connection state is not for two threads)."""
+        try:
+            while True:
+                ready = [tls] if tls.pending() else select.select([tls, plain], [], [])[0]
+                for src in ready:
+                    data = src.recv(65536)
+                    if not data:
+                        raise EOFError
+                    (plain if src is tls else tls).sendall(data)
+        except (OSError, EOFError, ValueError):
+            pass
+        _shut(tls, plain)
 
     def cut(self) -> None:
         """Drop every connection at once, as a broker that dies would."""
         with self._lock:
             pairs, self.pairs = self.pairs, []
         for a, b in pairs:
-            for s in (a, b):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            _shut(a, b)
+            a.close()
+            b.close()
 
     def close(self) -> None:
         self._stopped = True

@@ -17,10 +17,13 @@ from urllib.parse import unquote, urlsplit
 
 import pika
 import pytest
+import structlog
 
 from adapters.activemq import ActiveMQ
+from adapters.amqp_client import Publish
 from adapters.base import Held, Message, Move, StagingBroker
 from adapters.rabbitmq import RabbitMQ
+from adapters.rabbitmq_client import Publisher, encoded
 from adapters.rabbitmq_stomp import amqp_properties, route, stomp_headers
 from policies.endpoints import Endpoint
 from policies.errors import BrokerUnavailable, PutRefused
@@ -592,6 +595,35 @@ def test_rabbitmq_a_batch_refused_by_a_channel_error_is_put_one_by_one(
     adapter.settle([Move(h, to, h.message) for h in held[1:]])
     assert adapter.depth(source) == 0
     assert [m.body for m in adapter.browse(target)] == [b"m0", b"m1", b"m2", b"m3"]
+
+
+@only("rabbitmq")
+def test_rabbitmq_a_transaction_waits_doing_other_work_until_that_work_is_done(
+    broker: Broker, adapter: StagingBroker, names: Callable[[], str]
+) -> None:
+    """While the broker commits a batch, the Publisher calls ``meanwhile`` (the adapter reads
+    its subscriptions' deliveries then), until it returns False; the commit is as without."""
+    target = names()
+    adapter.ensure_queues([target])
+    ep = _amqp_endpoint(broker)
+    publisher = Publisher(pika.ConnectionParameters(
+        ep.host, ep.port, ep.vhost, pika.PlainCredentials(ep.user or "", ep.password or "")),
+        "test", structlog.get_logger())
+    calls: list[int] = []
+
+    def meanwhile() -> bool:
+        calls.append(len(calls))
+        return len(calls) < 2
+
+    try:
+        for n in range(5):
+            publisher.commit([Publish("", target, encoded(pika.BasicProperties()),
+                                      f"m{n}".encode(), True)], meanwhile=meanwhile)
+            assert 1 <= len(calls) <= 2, calls  # called at once, never again after False
+            calls.clear()
+    finally:
+        publisher.close()
+    assert [m.body for m in adapter.browse(target)] == [f"m{n}".encode() for n in range(5)]
 
 
 @only("rabbitmq")

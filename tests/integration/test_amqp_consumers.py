@@ -17,6 +17,8 @@ import pika
 import pika.exceptions
 import pytest
 import yaml
+from pamqp import commands
+from pamqp import frame as pframe
 
 from bridge.staging import envelope
 from policies.redelivery import Move, Redeliver, compile_table, decide
@@ -49,24 +51,31 @@ POLICIES: dict[str, object] = {
 TABLE = compile_table(POLICIES)
 
 
-@pytest.fixture(scope="module")
-def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+def _started(tmp: Path, extra: list[str]) -> BridgeProcess:
+    """A bridge on RabbitMQ with an AMQP listener (``amqp_port``) and POLICIES, started."""
     broker = BROKERS["rabbitmq"]
     require(broker)
-    tmp = tmp_path_factory.mktemp("amqp-consumers")
     config = tmp / "bridge.yaml"
     config.write_text(yaml.safe_dump({"redelivery": POLICIES}))
     port = free_port()
-    prefix = f"jbt-staging-{RUN}"  # its own: no other bridge on the broker releases its copies
     proc = BridgeProcess("rabbitmq", f"{broker.stomp_host}:{broker.stomp_port}",
                          tmp / "bridge.log",
                          extra=["--amqp-listen", f"127.0.0.1:{port}", "--config", str(config),
-                                "--staging-prefix", prefix])
+                                *extra])
     proc.amqp_port = port  # type: ignore[attr-defined]
-    proc.staging_prefix = prefix
     proc.start()
     # The AMQP listener opens after the STOMP one that start() waits for.
-    assert wait_port(port, 20, proc.proc), proc.log()
+    if not wait_port(port, 20, proc.proc):
+        proc.stop()
+        raise AssertionError(proc.log())
+    return proc
+
+
+@pytest.fixture(scope="module")
+def amqp_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeProcess]:
+    # Staging queues of its own: no other bridge on the broker releases its copies.
+    proc = _started(tmp_path_factory.mktemp("amqp-consumers"),
+                    ["--staging-prefix", f"jbt-staging-{RUN}"])
     yield proc
     assert proc.stop() == 0, proc.log()
 
@@ -484,6 +493,59 @@ def _copies(bridge: BridgeProcess, queue: str, first: float, via: TcpProxy,
     return conn, channel, inbox, got
 
 
+def _methods(data: bytes) -> list[tuple[int, Any]]:
+    """(channel, method) of each method frame in one direction of a recorded AMQP connection."""
+    pos = 8 if data.startswith(b"AMQP") else 0  # the protocol header
+    found = []
+    while pos + 8 <= len(data):
+        size = int.from_bytes(data[pos + 3:pos + 7], "big")
+        if len(data) < pos + 8 + size:
+            break
+        if data[pos] == 1:
+            _, channel, method = pframe.unmarshal(data[pos:pos + 8 + size])
+            found.append((channel, method))
+        pos += 8 + size
+    return found
+
+
+def test_a_lost_clients_acknowledgements_are_applied_before_its_upstream_connection_closes(
+    tmp_path: Path,
+) -> None:
+    """Once the copies of a lost client's deliveries are confirmed, the bridge acknowledges
+    the originals and closes the client's upstream connection with Connection.Close, waiting
+    for Close-Ok. A socket closed at once can undo that acknowledgement: RabbitMQ stops a
+    channel on a closed socket ahead of frames it has not yet worked through, and would
+    deliver the original again beside its copy (seen under load as two copies, each
+    delivery count 2)."""
+    watched = TcpProxy(("127.0.0.1", 5672), record=True)
+    bridge = _started(tmp_path, ["--upstream-amqp",
+                                 f"amqp://guest:guest@127.0.0.1:{watched.port}/%2F"])
+    dropper = TcpProxy(("127.0.0.1", bridge.amqp_port))  # type: ignore[attr-defined]
+    queue = _queue("unsettled-weblogic")
+    try:
+        _send(bridge, queue, [b"unsettled"])
+        conn, channel, inbox, got = _copies(bridge, queue, 10, dropper)
+        assert [(b, _count(p)) for _, p, b, _ in got] == [(b"unsettled", 1)]
+        dropper.cut()
+        conn, channel, inbox, got = _copies(bridge, queue, 10, dropper)
+        assert [(_count(p), m.redelivered) for m, p, _, _ in got] == [(2, False)]
+        channel.queue_delete(queue)
+        conn.close()
+        # The lost client's upstream connection: the one that consumed first from the queue.
+        consumed = [pair for pair in watched.recorded if any(
+            isinstance(m, commands.Basic.Consume) and m.queue == queue
+            for _, m in _methods(bytes(pair[0])))]
+        up, down = (_methods(bytes(b)) for b in consumed[0])
+        names = [type(m).__name__ for _, m in up]
+        assert names[-3:] == ["Publish", "Ack", "Close"], names  # the copy, the original's ack
+        assert isinstance(up[-1][1], commands.Connection.Close) and up[-1][0] == 0, up[-3:]
+        assert isinstance(down[-1][1], commands.Connection.CloseOk), down[-3:]
+    finally:
+        dropper.close()
+        assert bridge.stop() == 0, bridge.log()
+        watched.close()
+
+
 @pytest.mark.parametrize("how", ["cancel-channel-close", "cancel-connection-close",
                                  "cancel-socket-drop"])
 @pytest.mark.parametrize("kind", ["weblogic", "websphere"])
@@ -513,7 +575,8 @@ def test_a_cancelled_consumers_unacked_deliveries_fail_once_when_it_leaves(
             counts = [_count(p) for _, p, _, _ in got]
             if failures == 1:
                 assert isinstance(action, Redeliver)
-                assert counts == [2], f"{kind} {how}: copies on the queue {counts}"
+                assert counts == [2], (f"{kind} {how}: copies on the queue {counts}: " + ", ".join(
+                    f"redelivered={m.redelivered} headers={p.headers}" for m, p, _, _ in got))
                 # weblogic: the bridge's copy, through the staging queues; websphere: a requeue
                 assert got[0][0].redelivered is (action.delay_ms == 0)
                 continue

@@ -1,5 +1,5 @@
-"""adapters.activemq_transport.Transport.corked: the frames of a settle go out in few writes, in order; and
-the listener's forgiveness of the echoes of SENDs refused in a refused transaction."""
+"""adapters.activemq_transport.Transport.corked: the frames of a settle go out in few writes, in
+order; and the listener's forgiveness of the echoes of SENDs refused in a refused transaction."""
 
 from __future__ import annotations
 

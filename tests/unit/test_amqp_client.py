@@ -381,3 +381,36 @@ def test_a_content_header_decodes_as_pamqp_reads_it() -> None:
     value.unmarshal(head)
     assert value.properties.content_type == "a/b"
     assert value.properties.headers == {"k": "v", "n": 7}
+
+
+@pytest.mark.parametrize("args", [("ctag", 1, False, "", "q"),
+                                  ("amq.ctag-\u00e9x", 2**64 - 1, True, "amq.topic", "a.b\u00e9"),
+                                  ("", 7, True, "x" * 255, "k" * 255)])
+def test_a_deliver_reads_as_pika_writes_it(args: tuple[Any, ...]) -> None:
+    proto = ready()
+    head = pika.frame.Header(1, 1, PROPS).marshal() + body(1, b"z")
+    deliver = pika.frame.Method(1, pika.spec.Basic.Deliver(*args)).marshal()
+    (got,) = feed(proto, deliver + head)
+    tag, delivery_tag, redelivered, exchange, key = args
+    assert got == Delivery(delivery_tag, redelivered, exchange, key, encoded(PROPS), b"z", tag)
+
+
+@pytest.mark.parametrize("cut", [1, 5, 13])
+def test_a_deliver_whose_arguments_do_not_fit_its_frame_is_a_protocol_error(cut: int) -> None:
+    payload = method(commands.Basic.Deliver("ctag", 1, False, "ex", "q"), 1)[7:-1]
+    for bad in (payload[:-cut], payload + b"\x00" * cut):
+        proto = ready()
+        with pytest.raises(ClientProtocolError, match="Basic.Deliver"):
+            feed(proto, raw_frame(1, 1, bad))
+
+
+def test_acks_and_nacks_are_written_as_pika_writes_them() -> None:
+    proto = ready(transactional=False)
+    proto.ack(5)
+    proto.ack(9, multiple=True)
+    proto.nack(7)
+    proto.nack(8, requeue=False)
+    assert proto.data_to_send() == b"".join(
+        pika.frame.Method(1, m).marshal() for m in (
+            pika.spec.Basic.Ack(5), pika.spec.Basic.Ack(9, multiple=True),
+            pika.spec.Basic.Nack(7, requeue=True), pika.spec.Basic.Nack(8, requeue=False)))

@@ -109,6 +109,20 @@ def test_close_handshake_both_ways() -> None:
     assert other.state.value == "closed"
 
 
+def test_a_client_gone_without_closing_gets_its_connection_closed_once() -> None:
+    conn = opened()
+    close = conn.close_upstream("the client went away")
+    assert close is not None
+    channel, sent = decoded(close)
+    assert (channel, type(sent), sent.reply_code, sent.reply_text) == (
+        0, C.Close, 200, "the client went away")
+    assert conn.state is State.CLOSING
+    assert conn.close_upstream("again") is None  # already closing: nothing more goes up
+    conn.broker_data(method(C.CloseOk()))
+    assert conn.state is State.CLOSED
+    assert ProxyConnection().close_upstream("mid-handshake") is None
+
+
 def test_refusal_closes_the_channel_on_both_sides() -> None:
     conn = opened()
     [message] = conn.client_data(publish(1, b"delayed"))

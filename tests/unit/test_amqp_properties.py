@@ -19,14 +19,14 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 
 from adapters import amqp_types
-from adapters.rabbitmq_stomp import amqp_properties, stomp_headers
+from adapters.amqp_properties import header_frame, read_content_header, read_values
+from adapters.amqp_tables import check_properties
+from adapters.rabbitmq_stomp import amqp_properties, headers_of, stomp_headers
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import content_frames, content_frames_of
 from bridge.frontends.amqp.errors import AmqpProtocolError
 from bridge.frontends.amqp.framer import FRAME_HEADER, FRAME_METHOD, Frame
-from bridge.frontends.amqp.properties import header_frame, read_content_header, read_values
-from bridge.frontends.amqp.tables import check_properties
-from bridge.frontends.amqp.translate import headers_of, property_values, publish_fields
+from bridge.frontends.amqp.translate import property_values, publish_fields
 
 SHORT = st.text(max_size=40)
 # Table values pamqp itself writes as RabbitMQ reads them (no negative integers below 32 bits,
@@ -314,7 +314,7 @@ def test_a_table_is_read_as_pamqp_reads_it(entries: list[tuple[bytes, bytes]],
     pamqp's ``field_table`` gives, value for value and type for type, and where it ends."""
     from pamqp import decode as pdecode
 
-    from bridge.frontends.amqp.tables import decode_table
+    from adapters.amqp_tables import decode_table
 
     table = _table_bytes(entries)
     used, theirs = pdecode.field_table(table + b"rest")

@@ -17,7 +17,7 @@ from pamqp import frame as pframe
 # The protocol header AMQP 0-9-1 peers open with (what RabbitMQ answers a client that sent
 # anything else), and a Basic.Publish method frame: the adapters' client writes them the same way.
 from adapters.amqp_client import PROTOCOL_HEADER, publish_method
-from bridge.frontends.amqp.properties import header_frame, pamqp_values
+from adapters.amqp_properties import header_frame, pamqp_values
 
 # Frame overhead: type (1), channel (2), size (4) and the frame-end octet.
 FRAME_OVERHEAD = 8

@@ -167,7 +167,7 @@ def credentials(start_ok: object) -> tuple[str | None, str | None]:
     elif mechanism == "AMQPLAIN":
         from pamqp import decode
 
-        from bridge.frontends.amqp.tables import table_entries
+        from adapters.amqp_tables import table_entries
 
         try:
             raw = response.encode("latin-1") if isinstance(response, str) else response
@@ -414,6 +414,14 @@ class ProxyConnection:
                 frame = self._reserve(tune)
         self.state = following
         return frame
+
+    def close_upstream(self, reply_text: str) -> bytes | None:
+        """Connection.Close for the broker, the client having gone without one; None when the
+        connection is not open (still in its handshake, or already closing)."""
+        if self.state is not State.OPEN:
+            return None
+        self.state = State.CLOSING
+        return bytes(pframe.marshal(_C.Close(200, reply_text, 0, 0), 0))
 
     def _reserve(self, tune: _C.TuneOk) -> Frame:
         """The client's Tune-Ok with the channel it may not use added back for the broker."""

@@ -2,11 +2,11 @@
 headers added (``JMSXDeliveryCount``), without re-encoding anything else.
 
 The view's headers are what a STOMP subscriber of RabbitMQ's plugin would see of the same
-message (``translate.headers_of``), plus ``destination`` (``/amq/queue/<queue>``, the queue it
-came from) and ``redelivered``. They are read lazily: the delivery count the redelivery
-interceptor asks of every delivery is found by a search of the content header's bytes, and the
-properties are decoded only when a header is actually there, or when a failed delivery's copy
-needs them all.
+message (``adapters.rabbitmq_stomp.headers_of``), plus ``destination``
+(``/amq/queue/<queue>``, the queue it came from) and ``redelivered``. They are read lazily:
+the delivery count the redelivery interceptor asks of every delivery is found by a search of
+the content header's bytes, and the properties are decoded only when a header is actually
+there, or when a failed delivery's copy needs them all.
 
 A stamped content header is the broker's bytes with one table entry spliced in
 (``stamping.Stamper``).
@@ -18,9 +18,9 @@ import struct
 from typing import Any
 
 from adapters import amqp_types
+from adapters.rabbitmq_stomp import MODE, TABLE, headers_of
 from bridge.frontends.amqp.assembler import DELIVER, Message
 from bridge.frontends.amqp.stamping import Stamper
-from bridge.frontends.amqp.translate import MODE, TABLE, headers_of
 from bridge.frontends.lazy_headers import LazyHeaders
 from bridge.intercept.views import Delivery
 

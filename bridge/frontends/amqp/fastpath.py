@@ -34,7 +34,7 @@ from typing import Final
 
 from pamqp import commands
 
-from bridge.frontends.amqp.octets import u16, u32, u64
+from adapters.amqp_octets import u16, u32, u64
 
 FRAME_END: Final = 0xCE
 _BASIC: Final = commands.Basic.frame_id

@@ -17,11 +17,11 @@ from pamqp import base, commands
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
+from adapters.amqp_octets import u16, u32, u64
+from adapters.amqp_properties import read_content_header, read_values
+from adapters.amqp_tables import check_method, check_properties
 from bridge.frontends.amqp.builders import FRAME_OVERHEAD, PROTOCOL_HEADER
 from bridge.frontends.amqp.errors import AmqpProtocolError, ReplyCode
-from bridge.frontends.amqp.octets import u16, u32, u64
-from bridge.frontends.amqp.properties import read_content_header, read_values
-from bridge.frontends.amqp.tables import check_method, check_properties
 
 FRAME_METHOD: Final = 1
 FRAME_HEADER: Final = 2

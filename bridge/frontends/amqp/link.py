@@ -25,6 +25,7 @@ from bridge.frontends.amqp.connection import (
     Forward,
     PlainRun,
     ProxyConnection,
+    State,
 )
 from bridge.frontends.amqp.consumers import Failure
 from bridge.frontends.amqp.errors import AmqpProtocolError
@@ -59,6 +60,8 @@ PublishHook = Callable[
 # more, while the chunk is still being worked through (delayed publishes with a window of 100
 # confirms outstanding, faster with that turn: docs/benchmarks.md).
 FLUSH_EVERY = 16
+# How long a link whose client went away waits for the broker's Connection.Close-Ok.
+CLOSE_TIMEOUT = 5.0
 _ids = itertools.count(1)
 
 # What a client-data event's method gives back: None when it is carried, or what the link
@@ -140,6 +143,7 @@ class Link:
         # And of the broker's (``_broker_data``, which may run while the client's wait).
         self._down_out: list[bytes] = []
         self._broker_answers: list[bytes] = []
+        self._close_ok: asyncio.Future[None] | None = None  # set at the broker's Close-Ok
         # The method for each kind of event, in each direction, bound once here: frames only go
         # through (as they came) when no consumer side and no exchange declare looks at them.
         looked_at = side is not None or relay.delayed_exchanges
@@ -245,6 +249,7 @@ class Link:
                 self.client_gone = True
                 if self.side is not None:  # its unsettled deliveries are failures
                     await self._settle_lost()
+                await self._close_upstream()
                 return  # client gone: the link closes both sides
             stats.bytes["upstream"] += len(data)
             try:
@@ -423,6 +428,24 @@ class Link:
         except Exception as exc:  # noqa: BLE001 - the upstream closes: the broker has them
             self.log.error("settling a lost client's deliveries failed", error=repr(exc))
 
+    async def _close_upstream(self) -> None:
+        """Close the upstream connection of a client that went away as a client closes one,
+        and wait for the broker's Close-Ok: the broker then has applied everything sent before
+        (the acknowledgements of replaced deliveries among it). On a socket that just closes,
+        RabbitMQ stops a channel ahead of the frames it has not worked through yet, and would
+        deliver a replaced original again beside its copy."""
+        up = self.up
+        close = self.conn.close_upstream("the client went away")
+        if up is None or close is None:
+            return
+        self._close_ok = asyncio.get_running_loop().create_future()
+        up.write(close)
+        done, _ = await asyncio.wait({self._close_ok, up.finished}, timeout=CLOSE_TIMEOUT,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            self.log.warning("no Close-Ok from the broker in time: closing the connection",
+                             timeout_s=CLOSE_TIMEOUT)
+
     # -- broker -> client -----------------------------------------------------------------------
     async def _broker_to_client(self) -> None:
         """Wait for the broker's end (its bytes are handled as they arrive, by
@@ -450,6 +473,9 @@ class Link:
             on[type(event)](event)
         if back:
             up.write(b"".join(back))
+        if self._close_ok is not None and self.conn.state is State.CLOSED:
+            if not self._close_ok.done():
+                self._close_ok.set_result(None)
         if down and not self.client_gone:
             self.client_w.write(b"".join(down))
             if self.client_w.transport.get_write_buffer_size() > self._client_high:

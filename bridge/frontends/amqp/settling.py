@@ -23,6 +23,7 @@ import structlog
 from pamqp import commands
 from pamqp import frame as pframe
 
+from adapters.amqp_tables import wire_keys
 from bridge.frontends.amqp.assembler import DELIVER, GET_OK, Message
 from bridge.frontends.amqp.connection import DeliveryRun, Event, ProxyConnection
 from bridge.frontends.amqp.consumers import (
@@ -42,7 +43,6 @@ from bridge.frontends.amqp.deliveries import delivery_fields, delivery_view, sta
 from bridge.frontends.amqp.errors import ReplyCode
 from bridge.frontends.amqp.framer import FRAME_METHOD, Frame
 from bridge.frontends.amqp.stamping import Stamper
-from bridge.frontends.amqp.tables import wire_keys
 from bridge.frontends.relay_stats import RelayStats
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import RELAY, Hold, Refuse, Replace, Stamp

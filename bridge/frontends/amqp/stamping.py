@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from adapters.amqp_tables import table_entries
 from bridge.frontends.amqp.fastpath import Found
-from bridge.frontends.amqp.tables import table_entries
 
 _HEADERS_FLAG: Final = 0x2000
 _VIEW_FROM: Final = 16 * 1024  # bytes between two content headers: past this, not copied

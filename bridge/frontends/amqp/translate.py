@@ -14,34 +14,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Coroutine, Mapping
-from typing import Any, Final
+from typing import Any
 
 from pamqp import commands
 
 from adapters import amqp_types
-from adapters.base import PER_DELIVERY
+from adapters.amqp_properties import PIKA_NAMES, header_frame
+from adapters.amqp_tables import wire_keys
 from adapters.rabbitmq_stomp import (
-    DEST_PREFIXES,
-    REPLY_QUEUE,
+    MODE,
     STRING_PROPERTIES,
+    TABLE,
     Route,
+    headers_of,
     plugin_properties,
     route,
-    table_headers,
 )
 from bridge.frontends.amqp.assembler import Message
 from bridge.frontends.amqp.builders import publish_method
 from bridge.frontends.amqp.connection import ProxyConnection
 from bridge.frontends.amqp.framer import plain_publish_fields
-from bridge.frontends.amqp.properties import PIKA_NAMES, header_frame, plugin_stamp
 from bridge.frontends.amqp.stamping import stamp_header
-from bridge.frontends.amqp.tables import wire_keys
 from bridge.intercept.chain import Chain
 from bridge.intercept.decisions import Decision, Hold, Refuse, Rewrite, Stamp
 from bridge.intercept.views import Send
-
-TABLE = 2  # the header table's and the delivery mode's places in the 14 property values
-MODE = 3
 
 
 def destination_of(exchange: str, routing_key: str) -> str:
@@ -51,48 +47,6 @@ def destination_of(exchange: str, routing_key: str) -> str:
     if exchange == "amq.topic":
         return "/topic/" + routing_key
     return f"/exchange/{exchange}/{routing_key}" if routing_key else f"/exchange/{exchange}"
-
-
-# Where each of the plugin's string and integer properties is among the 14 values.
-_STRING_AT: Final = tuple((header, PIKA_NAMES.index(attr)) for header, attr in STRING_PROPERTIES)
-_PRIORITY: Final = PIKA_NAMES.index("priority")
-_TIMESTAMP: Final = PIKA_NAMES.index("timestamp")
-_REPLY_TO: Final = "reply-to"
-_DESTINATION: Final = "destination"
-
-
-def headers_of(values: list[Any], destination: str | None = None) -> dict[str, str]:
-    """A message's properties and header table (``Frame.values``) as STOMP headers, as the
-    plugin shows them: what ``adapters.rabbitmq_stomp.plugin_headers`` gives for the same
-    properties by pika's names, in the same order, read off the 14 values without making that
-    dict of names first (one a screened publish, one a watched delivery;
-    ``tests/unit/test_amqp_properties.py`` holds the two equal). With ``destination``, a
-    ``destination`` header first, as a publish's view has it (a table entry of that name is
-    dropped, as the plugin drops it)."""
-    out: dict[str, str] = {} if destination is None else {_DESTINATION: destination}
-    table = values[TABLE]
-    if table:
-        table_headers(table, out)
-    for header, at in _STRING_AT:
-        text = values[at]
-        if text is not None:
-            out.setdefault(header, text)
-    priority = values[_PRIORITY]
-    if priority is not None:
-        out.setdefault("priority", str(priority))
-    stamp = values[_TIMESTAMP]
-    if stamp is not None:
-        out.setdefault("timestamp", str(plugin_stamp(stamp)))
-    mode = values[MODE]
-    if mode is not None:
-        out.setdefault("persistent", "true" if mode == 2 else str(mode))
-    reply_to = out.get(_REPLY_TO)
-    if reply_to is not None and not reply_to.startswith(DEST_PREFIXES):
-        out[_REPLY_TO] = REPLY_QUEUE + reply_to
-    for name in PER_DELIVERY:
-        if name in out and (destination is None or name != _DESTINATION):
-            del out[name]
-    return out
 
 
 def property_values(headers: Mapping[str, str]) -> list[Any]:

@@ -17,8 +17,8 @@ from typing import Any, Final
 from pamqp import commands
 from pamqp import header as pheader
 
-from bridge.frontends.amqp.octets import u16, u64
-from bridge.frontends.amqp.tables import decode_table, encode_table
+from adapters.amqp_octets import u16, u64
+from adapters.amqp_tables import decode_table, encode_table
 
 # Basic's properties in their wire order: flag bit and type (s: shortstr, o: octet, t: field
 # table, T: timestamp), as pamqp's Basic.Properties states them.
@@ -87,16 +87,17 @@ _NAMES: Final = tuple(commands.Basic.Properties.__slots__)
 PIKA_NAMES: Final = tuple("type" if n == "message_type" else n for n in _NAMES)
 
 
-def read_values(payload: bytes) -> list[Any]:
+def read_values(payload: bytes, at: int = 12) -> list[Any]:
     """A content header frame's payload as its 14 property values in wire order (None: unset;
-    a timestamp as the integer on the wire, a table as pamqp decodes it). The caller has
-    checked its bounds (``tables.check_properties``); a short string that is not UTF-8 raises
+    a timestamp as the integer on the wire, a table as pamqp decodes it); ``at``: where its
+    property flags are (0: the properties alone). The caller has checked its bounds
+    (``amqp_tables.check_properties``) or trusts them; a short string that is not UTF-8 raises
     UnicodeDecodeError, as in pamqp's reader."""
-    flags = u16(payload, 12)
+    flags = u16(payload, at)
     values: list[Any] = [None] * len(_LAYOUT)
     if not flags:
         return values
-    pos = _HEAD.size
+    pos = at + 2
     for i, (flag, kind) in enumerate(_LAYOUT):
         if not flags & flag:
             continue

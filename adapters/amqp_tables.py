@@ -20,7 +20,7 @@ from typing import Any, Final
 from pamqp import commands
 from pamqp import decode as pdecode
 
-from bridge.frontends.amqp.octets import u16, u32, u64
+from adapters.amqp_octets import u16, u32, u64
 
 MAX_FIELDS: Final = 1000  # table and array entries per frame, all levels together
 MAX_DEPTH: Final = 32
