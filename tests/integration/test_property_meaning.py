@@ -177,15 +177,16 @@ def test_amqp_preserve_undelivered_when_it_expires_while_staged(
     channel = conn.channel()
     channel.queue_declare(queue, durable=True)
     channel.queue_declare(UNDELIVERED, durable=True)
-    # Its time to live (600 ms) ends before it is staged, on the commit 800 ms after the
-    # publish (a TTL not longer than the delay is refused at the send): it expires staged.
+    # Its time to live (600 ms) ends before it is staged, on the commit 2 s after the publish
+    # (a TTL not longer than the delay is refused at the send): it expires staged. (With 0.8 s,
+    # a loaded machine read the publish late enough that it was still live at the commit.)
     sending = conn.channel()
     sending.tx_select()
     sending.basic_publish("", queue, b"expiring", pika.BasicProperties(
         headers={"mark": mark, PRESERVE: value, "x-delay": 300}, expiration="600"))
-    time.sleep(0.8)
+    time.sleep(2.0)
     sending.tx_commit()
-    kept = _get(channel, UNDELIVERED, mark, timeout=8 if value in KEPT else 3)
+    kept = _get(channel, UNDELIVERED, mark, timeout=20 if value in KEPT else 3)
     delivered = channel.basic_get(queue, auto_ack=True)[0]
     log = amqp_bridge.log()
     channel.queue_delete(queue)
@@ -216,20 +217,24 @@ def test_amqp_delay_of_any_numeric_type_is_staged(
     channel.queue_declare(queue, durable=True)
     channel.confirm_delivery()
     sent = time.monotonic()
+    earliest_ms = time.time_ns() // 1_000_000 + 300
     if delay in ("at", "at-float"):
-        at = time.time_ns() // 1_000_000 + 300
-        delay = at if delay == "at" else float(at)
+        # Far enough ahead that a publish slowed by a busy machine still reaches the bridge
+        # before its due time (one due already is forwarded at once, its header left on).
+        earliest_ms = time.time_ns() // 1_000_000 + 2_000
+        delay = earliest_ms if delay == "at" else float(earliest_ms)
     if isinstance(delay, float):
         assert _publish(amqp_bridge, queue, {name: delay, "mark": "m"}) is None
     else:
         channel.basic_publish("", queue, b"later", pika.BasicProperties(
             headers={name: delay, "mark": "m"}))
-    got = _get(channel, queue, "m", timeout=10)
-    arrived = time.monotonic()
+    got = _get(channel, queue, "m", timeout=15)
+    arrived, arrived_ms = time.monotonic(), time.time_ns() // 1_000_000
     channel.queue_delete(queue)
     conn.close()
     assert got is not None, f"{name}={delay!r}: never delivered"
     assert (arrived - sent) * 1000 >= 300 - 2, f"{name}={delay!r}: not delayed"
+    assert arrived_ms >= earliest_ms - 2, f"{name}={delay!r}: delivered before its due time"
     assert name not in got[0].headers
 
 

@@ -67,7 +67,10 @@ def test_delay_period_repeat_delivers_a_series(sbridge: BridgeProcess, broker: B
     conn.disconnect()
     assert extra == [], f"more than 3 copies: {[m.headers for m in extra]}"
     for (at, m), due in zip(got, (1000, 1700, 2400), strict=True):
-        assert due <= at < due + 2000, f"a copy due at {due} ms came at {at} ms"
+        # Never early; late by as much as a loaded machine makes it (the CI's eight test
+        # processes on two cores have made a copy 2 s late): lateness is the benchmarks' to
+        # measure (bench/delay.py), the series' shape is this test's.
+        assert due <= at < due + 5000, f"a copy due at {due} ms came at {at} ms"
         assert m.body == "tick" and m.headers["app"] == "x"
         assert not [h for h in m.headers if h.startswith("AMQ_SCHEDULED_")]
     jobs = {m.headers.get("scheduledJobId") for _, m in got}
@@ -171,9 +174,9 @@ def test_staged_list_shows_a_series_once_and_cancel_ends_it(
     conn, inbox = connect(sbridge.stomp_port, broker.user, broker.password)
     dest = broker.queue_destination(squeue)
     conn.subscribe(dest, id="s", ack="auto")
-    # The period leaves the list and the cancel (two CLI runs, slow on a loaded machine) time
-    # to finish before copy 2 is due; the test then waits past that due time.
-    conn.send(dest, "l", headers={"AMQ_SCHEDULED_DELAY": "300", "AMQ_SCHEDULED_PERIOD": "10000",
+    # The period leaves the list and the cancel (two CLI runs, slow on a loaded machine: over
+    # 10 s once) time to finish before copy 2 is due; the test then waits past that due time.
+    conn.send(dest, "l", headers={"AMQ_SCHEDULED_DELAY": "300", "AMQ_SCHEDULED_PERIOD": "20000",
                                   "AMQ_SCHEDULED_REPEAT": "3"})
     (first,) = inbox.take(1, timeout=10)
     job = first.headers["scheduledJobId"]
@@ -181,8 +184,8 @@ def test_staged_list_shows_a_series_once_and_cancel_ends_it(
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert [r["message_id"] for r in rows] == [job], rows
-    assert rows[0]["series"] == "copy 2, then 2 more every 10000 ms"
-    due_ms = int(first.headers["jms-bridge-delivery-time"]) + 10000
+    assert rows[0]["series"] == "copy 2, then 2 more every 20000 ms"
+    due_ms = int(first.headers["jms-bridge-delivery-time"]) + 20000
     assert due_ms == rows[0]["due_ms"]
     cancelled = staged_cli(sbridge, "cancel", job)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr

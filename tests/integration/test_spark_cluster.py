@@ -165,6 +165,8 @@ def test_the_report_on_a_cluster_gives_the_local_tables(
     local = report.run(spark, str(journal), str(tmp_path / "local"), html=False)
     code, _, err = finished(proc)
     assert code == 0, err[-3000:]
+    # On a pipe, no progress bar (test_spark_progress has the one on a terminal).
+    assert "tasks" not in err and "\r" not in err, err[-3000:]
     for name in report.TABLES:
         there = spark.read.parquet(str(tmp_path / "cluster" / name))
         assert rows(there) == rows(local.tables[name]), name

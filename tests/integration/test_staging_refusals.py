@@ -60,7 +60,9 @@ def test_a_refused_target_goes_to_the_undeliverable_queue_without_a_reconnect(
         arrivals, inbox = connect(broker.stomp_port, broker.user, broker.password)
         arrivals.subscribe(dest, id="arrivals", ack="auto")
         conn, sent = connect(bridge.stomp_port, broker.user, broker.password)
-        due = now_ms() + 3_000
+        # The target must be gone before the due time: sending, a metric and the delete took
+        # over 3 s beside a busier suite.
+        due = now_ms() + 8_000
         for i, target in enumerate([dest, dest, bad, dest, dest]):  # one due time: one batch
             conn.send(target, f"m{i}", headers={"JMSDeliveryTime": str(due), "seq": str(i),
                                                 "receipt": f"r{i}"})
@@ -68,8 +70,9 @@ def test_a_refused_target_goes_to_the_undeliverable_queue_without_a_reconnect(
         conn.disconnect()
         reconnects = bridge.metric("jms_bridge_staging_reconnects_total")
         make_it_go()
+        assert now_ms() < due, "the target was still there at the due time"
 
-        got = inbox.take(4, timeout=10)
+        got = inbox.take(4, timeout=15)
         arrived = now_ms()
         arrivals.disconnect()
         undeliverable = f"{layout.prefix}.undeliverable"

@@ -1,5 +1,6 @@
 """Differential test: every selector of tests/data/selectors.txt compiled to Spark SQL gives the
-Python compiler's three-valued answer on the same headers, for both brokers' header maps."""
+Python compiler's three-valued answer on the same headers, with ActiveMQ's header map; with
+RabbitMQ's, every selector that map answers by rules of its own."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from policies.errors import InvalidSelector
 from policies.selector import ACTIVEMQ, RABBITMQ, compile_selector, parse
+from policies.selector.nodes import Identifier, Node, children
 from tests.integration.test_selector_activemq import message_headers
 
 CORPUS = Path(__file__).parents[1] / "data" / "selectors.txt"
@@ -40,6 +42,27 @@ def headers() -> list[dict[str, str]]:
     return [message_headers(n) for n in range(40)] + EXTRA_HEADERS
 
 
+def identifiers(selector: str) -> set[str]:
+    names: set[str] = set()
+    todo: list[Node] = [parse(selector)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Identifier):
+            names.add(node.name)
+        todo.extend(children(node))
+    return names
+
+
+def mapped(selector: str) -> bool:
+    """Whether the selector names an identifier either broker's header map answers by a rule of
+    its own (a JMS field, or a header that is not a property): the others compile alike."""
+    own = {name for m in (ACTIVEMQ, RABBITMQ) for name in (*m.fields, *m.not_properties)}
+    return bool(identifiers(selector) & own)
+
+
+# The whole corpus with ActiveMQ's map; with RabbitMQ's, the selectors its map answers otherwise
+# (building the corpus's columns takes Spark most of the time: a minute and a half beside the
+# suite for each map).
 @pytest.mark.parametrize("header_map", [ACTIVEMQ, RABBITMQ], ids=["activemq", "rabbitmq"])
 def test_spark_answers_as_the_python_compiler(spark: Any, header_map: Any) -> None:
     from pyspark.sql.types import IntegerType, MapType, StringType, StructField, StructType
@@ -52,7 +75,7 @@ def test_spark_answers_as_the_python_compiler(spark: Any, header_map: Any) -> No
         StructType([StructField("i", IntegerType()),
                     StructField("headers", MapType(StringType(), StringType()))]),
     ).cache()
-    selectors = corpus()
+    selectors = corpus() if header_map is ACTIVEMQ else [s for s in corpus() if mapped(s)]
     before = {key: spark.conf.get(key, None) for key in INTERPRETED}
     for key, value in INTERPRETED.items():
         spark.conf.set(key, value)
