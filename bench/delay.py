@@ -26,9 +26,10 @@ a. Lateness. N messages (default 10,000 of 256 B) with delays uniform over 1-10 
        distinct delay rounded to 100 ms (91 queues for 1-10 s), each with x-message-ttl = that
        delay, dead-lettering through the default exchange to the target. (Per-message TTL on one
        holding queue only expires at the head, so it cannot do spread delays at all.)
-   The burst is also sent once with no delay, straight to the broker's STOMP port and consumed
-   there: the lateness of undelayed messages, what the burst itself costs before any delay
-   mechanism (the sender's clock counts the wait in the sockets and in the broker).
+   The burst, and the paced run, are also sent once with no delay, straight to the broker's
+   STOMP port and consumed there: the lateness of undelayed messages, what the sending itself
+   costs before any delay mechanism (the sender's clock counts the wait in the sockets and in
+   the broker). For the paced run that is the floor a release sent at its due time meets.
 b. Pending. N messages (default 200,000 of 256 B) with delays uniform over 1 h - 30 days are
    sent through the bridge with a receipt on every 1,000th, waited for before sending on: time
    to stage them all (to the last receipt), and the bridge's peak RSS (VmHWM of its process tree)
@@ -470,11 +471,12 @@ def part_a(broker_name: str, args: argparse.Namespace, state: dict[str, Any]) ->
     out: dict[str, Any] = {}
     burst = lateness_pair(broker_name, args, state, args.a_messages, None, random.Random(args.seed))
     out["bridge"], out["reference"] = burst["bridge"], burst["reference"]
-    out["undelayed"] = undelayed_burst(broker_name, args, args.a_messages)
+    out["undelayed"] = undelayed(broker_name, args, args.a_messages)
     if args.a_rate > 0:
         paced = lateness_pair(broker_name, args, state, args.a_paced_messages, args.a_rate,
                               random.Random(args.seed + 1))
         out["bridge_paced"], out["reference_paced"] = paced["bridge"], paced["reference"]
+        out["undelayed_paced"] = undelayed(broker_name, args, args.a_paced_messages, args.a_rate)
     return out
 
 
@@ -521,25 +523,27 @@ def lateness_pair(broker_name: str, args: argparse.Namespace, state: dict[str, A
     return out
 
 
-def undelayed_burst(broker_name: str, args: argparse.Namespace, n: int) -> dict[str, Any]:
-    """The same burst without a delay, sent straight to the broker's STOMP port and consumed
-    there: what a burst costs before any delay mechanism, counted the same way (arrival minus
-    the sender's clock at the send)."""
+def undelayed(broker_name: str, args: argparse.Namespace, n: int,
+              rate: float | None = None) -> dict[str, Any]:
+    """The same burst (or paced run) without a delay, sent straight to the broker's STOMP port
+    and consumed there: what the sending costs before any delay mechanism, counted the same way
+    (arrival minus the sender's clock at the send)."""
     broker = broker_config(broker_name, args)
     target = f"bench-delay.{uuid.uuid4().hex[:12]}"
-    wait_quiet(f"{broker_name} undelayed burst straight to the broker")
+    how = f"paced at {rate:,.0f}/s" if rate else "burst"
+    wait_quiet(f"{broker_name} undelayed {how} straight to the broker")
     try:
         run = lateness_run(broker, parse_address(broker["address"]), broker,
                            [f"/queue/{target}"] * n, target, [0] * n, None,
-                           b"x" * args.a_size, args.timeout)
+                           b"x" * args.a_size, args.timeout, rate)
     except (BenchError, stomp.exception.StompException, OSError) as exc:
-        print(f"error: {broker_name} undelayed burst: {exc}", file=sys.stderr)
+        print(f"error: {broker_name} undelayed {how}: {exc}", file=sys.stderr)
         return {"errors": [f"{type(exc).__name__}: {exc}"]}
     finally:
         if broker_name == "rabbitmq":
             remove_queues(broker_name, args, [target])
     run["mechanism"] = "no delay, no bridge: the broker's STOMP port"
-    report_a(broker_name, "undelayed sends straight to the broker (the burst's own cost), burst",
+    report_a(broker_name, f"undelayed sends straight to the broker (the sending's own cost), {how}",
              run)
     return run
 
@@ -833,7 +837,8 @@ def summarize(broker_name: str, result: dict[str, Any]) -> None:
     rows = [(name, a[key]) for name, key in (("bridge", "bridge"), ("reference", "reference"),
                                              ("undelayed", "undelayed"),
                                              ("bridge paced", "bridge_paced"),
-                                             ("ref. paced", "reference_paced"))
+                                             ("ref. paced", "reference_paced"),
+                                             ("undel. paced", "undelayed_paced"))
             if key in a and "p50_ms" in a[key]]
     if rows:
         print(f"  a. {'path':<14}{'received':>8}{'peak/s':>8}{'p50 ms':>9}{'p99 ms':>9}"

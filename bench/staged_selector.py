@@ -46,8 +46,9 @@ def fill(path: str, count: int, now_ms: int) -> float:
             message_id = f"ID:bench-{i}"
             due = now_ms + 3_600_000 + rng.randrange(30 * 86_400_000)
             target = f"/queue/bench.orders.{i % 50}"
+            region = "EU" if i == 42 else rng.choice(("EU", "US", "APAC"))
             headers = {"persistent": "true", "content-type": "application/json",
-                       "orderId": str(i), "region": "EU" if i == 42 else rng.choice(("EU", "US", "APAC")),
+                       "orderId": str(i), "region": region,
                        "customer": f"c-{i % 100_000}", TARGET: target, DUE: str(due),
                        MESSAGE_ID: message_id}
             adds.append(Entry(message_id, target, due, 512, headers))
