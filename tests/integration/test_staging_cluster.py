@@ -33,7 +33,9 @@ def test_no_loss_when_the_staging_leader_node_is_killed(tmp_path: Path,
     cluster.show(r)
     assert r["queues_led"] == r["staging_queues"], r  # the killed node led every staging queue
     assert r["leader"] not in r["leaders_after"], r  # and they all moved
-    assert r["receipted"] >= 2000, r  # the run was under load (a lost receipt is not a loss)
+    # Enough went through the kill to count (a lost receipt is not a loss: with the bridge on
+    # the killed node, a loaded machine saw over a third of the sends go without one).
+    assert r["receipted"] >= r["messages"] // 3, r
     assert r["lost"] == 0, r
     assert r["early"] == 0, r
     assert r["foreign"] == 0, r
