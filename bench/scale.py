@@ -1,4 +1,4 @@
-"""Scale past one node (issue 20): every figure of the issue, for each broker, in one command.
+"""Scale past one node: every scale figure, for each broker, in one command.
 
 Parts (``--parts``, default all, in this order):
   burst     100,000 messages due in the same millisecond, and the broker's own move of as many

@@ -1,4 +1,4 @@
-"""Several bridges on one broker (issue 20, item 5): release rate with one, two, three bridges.
+"""Several bridges on one broker: release rate with one, two, three bridges.
 
 For each count k of ``--bridges-counts`` (default 1,2,3): k bridges on one staging prefix (their
 engines compete for the same staging queues, as the Helm chart's replicas do) take the same

@@ -1,4 +1,4 @@
-"""Ten million pending (issue 20, item 2): memory flat while a broker holds them, tools fast.
+"""Ten million pending: memory flat while a broker holds them, tools fast.
 
 N delayed messages (default 10,000,000 of 100 B, delays uniform over 1 h - 30 days, so none
 comes due during the run) are sent through one bridge on one STOMP connection, with a receipt

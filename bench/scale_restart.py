@@ -1,4 +1,4 @@
-"""Restart at scale (issue 20, item 3): the bridge SIGKILLed and restarted with many pending.
+"""Restart at scale: the bridge SIGKILLed and restarted with many pending.
 
 A bridge stages ``--restart-pending`` messages (default 1,000,000 of 100 B, delays 1 h - 30 d:
 none due during the run; when the pending part ran just before on the same broker, its messages

@@ -1,4 +1,4 @@
-"""bench/scale.py --quick on each broker, so the benchmark of issue 20 cannot rot: every part
+"""bench/scale.py --quick on each broker, so the scale benchmark cannot rot: every part
 this tree has (the cluster part needs a cluster of its own and is left to the bench) runs at its
 small size and must finish with exit status 0 and its figures printed."""
 
