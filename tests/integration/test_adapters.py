@@ -19,6 +19,7 @@ import pika
 import pytest
 import structlog
 
+from adapters import rabbitmq_puts
 from adapters.activemq import ActiveMQ
 from adapters.amqp_client import Publish
 from adapters.base import Held, Message, Move, StagingBroker
@@ -572,6 +573,39 @@ def test_rabbitmq_a_batch_stops_at_its_unroutable_put_and_acks_only_what_it_sett
         # the puts of the transaction, the one after the refused one included (not acked:
         # settling it again may duplicate, never lose)
         assert sorted(m.body for m in b.browse(target)) == [b"m0", b"m1", b"m3", b"m5"]
+    finally:
+        b.close()
+
+
+@only("rabbitmq")
+def test_rabbitmq_a_batch_in_several_commits_stops_at_the_commit_with_a_return(
+    broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is committed COMMIT_EVERY puts at a time, and acked once the last commit is in:
+    a put returned unroutable in the second commit is refused at its index, the moves before
+    it are acked, and the third commit is never made (its moves stay held, not put)."""
+    monkeypatch.setattr(rabbitmq_puts, "COMMIT_EVERY", 3)
+    source, target = names(), names()
+    a = _adapter(broker)
+    a.connect()
+    try:
+        a.ensure_queues([source, target])
+        _fill(a, source, 8)
+        held = _held(a, source, 8)
+        to = f"/amq/queue/{target}"
+        missing = f"/amq/queue/jbt-gone-{uuid.uuid4().hex}"
+        moves = [Move(h, missing if i == 4 else to, h.message) for i, h in enumerate(held)]
+        with pytest.raises(PutRefused) as refused:
+            a.settle(moves)
+        assert refused.value.index == 4 and refused.value.destination == missing
+        assert a.depth(source) == 4  # 4 to 7: still held
+    finally:
+        a.close()
+    b = _adapter(broker)
+    b.connect()
+    try:
+        assert sorted(m.body for m in b.browse(source)) == [b"m4", b"m5", b"m6", b"m7"]
+        assert sorted(m.body for m in b.browse(target)) == [b"m0", b"m1", b"m2", b"m3", b"m5"]
     finally:
         b.close()
 
