@@ -25,7 +25,7 @@ from policies.reasons import MQRC_PROPERTY_VALUE_BAD, MQRC_Q_FULL, MQRC_UNKNOWN_
 
 REFUSING_S = 60.0  # how long a queue that nacked a publish is put to one message at a time
 # A batch's puts are committed this many at a time, and the batch's acks written once the last
-# commit is in. One commit for a burst's whole batch (12,000 held when 100,000 fall due at
+# commit is in. One commit for a burst's whole batch (16,000 held when 100,000 fall due at
 # once) put none on its target until the last was written, 0.8-1 s after the due time. Acks
 # after each commit instead were out of delivery order, one at a time: RabbitMQ's channel looks
 # each up among all it holds unacked, and that stopped deliveries for 5-9 s.
