@@ -32,7 +32,7 @@ from adapters.amqp_client import Delivery
 from adapters.amqp_properties import read_values
 from adapters.base import Held, Message, StagedFormat
 from adapters.rabbitmq_checks import Checks
-from adapters.rabbitmq_client import Consumer, Publisher, read_any
+from adapters.rabbitmq_client import Consumer, Publisher
 from adapters.rabbitmq_connection import Tag, close_quietly, parameters, refusal_reason
 from adapters.rabbitmq_expiry import Expiries
 from adapters.rabbitmq_puts import Puts
@@ -57,7 +57,7 @@ from policies.errors import BrokerUnavailable, Refused, StagingQueueMismatch
 # is given back about 4.3 million times). They add an ``x-delivery-count`` header to every
 # delivery; the adapter drops it (it is the broker's, not the application's).
 QUEUE_TYPES = ("classic", "quorum")
-# While the subscriptions' connections are waited on, pika's is read this often (the control
+# While the subscriptions' connection is waited on, pika's is read this often (the control
 # topic's orders come there).
 PIKA_EVERY_S = 0.05
 # What reading a delivery's properties off the wire may raise, for bytes that are not any.
@@ -131,7 +131,7 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._confirm: BlockingChannel | None = None
         self._scratch: BlockingChannel | None = None
         self._publisher: Publisher | None = None  # batches in one transaction
-        self._consumers: dict[str, Consumer] = {}  # the subscriptions to staging queues
+        self._consumer: Consumer | None = None  # the subscriptions to staging queues
         self._listening: BlockingChannel | None = None  # listen's subscriptions
         # Peeks (basic.get) go on a channel of their own: on a subscription's channel a get
         # waits in the broker's channel process behind every ack and delivery there, seconds
@@ -147,6 +147,9 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._delivered: list[Held] = []
         # A subscription's queue -> the delivery tags it holds on its channel, in their order.
         self._holding: dict[str, dict[int, None]] = {}
+        # The delivery tags the subscriptions' connection holds, in their order (one count
+        # across all its consumers).
+        self._own_order: dict[int, None] = {}
         self._peek_holding: dict[int, str] = {}  # delivery tag on the peek channel -> its queue
         self._log = structlog.get_logger("adapters.rabbitmq").bind(
             broker=self.name, address=str(amqp))
@@ -284,21 +287,23 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._settle_one(tag, requeue=True)
 
     def subscribe(self, queue: str, prefetch: int) -> None:
-        """Consume ``queue`` on a connection of its own, ``prefetch`` unacked at most."""
+        """Consume ``queue`` on the subscriptions' own connection, ``prefetch`` unacked at
+        most."""
         with self._ended_consumer():
-            self._subscription(queue).subscribe(queue, prefetch)
+            self._subscriptions().subscribe(queue, prefetch)
 
     def _read_own(self, wait_s: float) -> None:
         """The subscriptions' deliveries that have come (up to ``wait_s`` for the first), as
         held messages. Their properties are read off the wire as the AMQP front-end reads
         them; a delivery whose properties do not decode ends the connection."""
+        consumer = self._consumer
+        assert consumer is not None
         with self._ended_consumer():
-            for consumer, deliveries in read_any(list(self._consumers.values()), wait_s):
-                self._take_own(consumer, deliveries)
+            self._take_own(consumer, consumer.read(wait_s))
 
     def _take_own(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
         """The subscriptions' deliveries as held messages. BrokerUnavailable for one whose
-        properties do not decode (the subscriptions' connections are ended)."""
+        properties do not decode (the subscriptions' connection is ended)."""
         for d in deliveries:
             queue = consumer.queues.get(d.consumer_tag or "", "")
             try:
@@ -310,6 +315,7 @@ class RabbitMQ(Puts, Checks, Expiries):
             if self._quorum:
                 headers.pop(DELIVERY_COUNT, None)
             self._holding.setdefault(queue, {})[d.delivery_tag] = None
+            self._own_order[d.delivery_tag] = None
             self._delivered.append(Held(queue, Message(headers, d.body), Tag(
                 self._generation, d.delivery_tag, queue=queue, own=True)))
 
@@ -360,7 +366,7 @@ class RabbitMQ(Puts, Checks, Expiries):
         assert conn is not None
         with self._translate():
             conn.process_data_events(time_limit=0)
-        if not self._consumers:
+        if self._consumer is None:
             if not self._delivered and timeout > 0:
                 with self._translate():
                     # pika takes float seconds (types-pika 1.2 says int)

@@ -321,7 +321,7 @@ class Publisher(Wire):
 
 
 class Consumer(Wire):
-    """A staging engine's subscription, on the channel of a connection of its own (not in
+    """The staging engine's subscriptions, on one channel of a connection of their own (not in
     transaction mode): its deliveries read without pika's work on each frame, their acks and
     nacks written without a round trip. Basic.Qos before each Basic.Consume gives that consumer
     its own prefetch (RabbitMQ's per-consumer limit). Its subscriptions die with its connection
@@ -397,16 +397,3 @@ class Consumer(Wire):
         why = f": {cause}" if cause is not None else ""
         return BrokerUnavailable(f"{self._where}: the staging subscriptions' connection "
                                  f"ended{why}")
-
-
-def read_any(consumers: Sequence[Consumer], wait_s: float) -> list[tuple[Consumer, list[Delivery]]]:
-    """The deliveries that have come on any of ``consumers``, each with its consumer, waiting
-    up to ``wait_s`` for the first (on all their sockets at once) when none has."""
-    got = [(c, d) for c in consumers if (d := c.read(0.0))]
-    if got or wait_s <= 0:
-        return got
-    socks = {c._sock: c for c in consumers if c._sock is not None}
-    if not socks:
-        return []
-    readable, _, _ = select.select(list(socks), [], [], wait_s)
-    return [(c, d) for sock in readable if (d := (c := socks[sock]).read(0.0))]

@@ -44,7 +44,7 @@ class Tag:
     delivery_tag: int
     peeked: bool = False  # got by a peek, on the peek channel
     queue: str = ""  # else delivered to the subscription to this queue, on its channel
-    own: bool = False  # on its subscription's own connection (``Consumer``), not pika's
+    own: bool = False  # on the subscriptions' own connection (``Consumer``), not pika's
 
 
 def refusal_reason(reply_code: int, reply_text: str) -> Reason:
@@ -98,7 +98,7 @@ class Connection:
     _confirm: BlockingChannel | None
     _scratch: BlockingChannel | None
     _publisher: Publisher | None
-    _consumers: dict[str, Consumer]  # a staging queue -> its subscription's own connection
+    _consumer: Consumer | None
     _listening: BlockingChannel | None
     _peeker: BlockingChannel | None
     _peek_generation: int
@@ -106,6 +106,7 @@ class Connection:
     _declared: set[str]
     _delivered: list[Held]
     _holding: dict[str, dict[int, None]]
+    _own_order: dict[int, None]
     _peek_holding: dict[int, str]
     _log: FilteringBoundLogger
 
@@ -120,7 +121,9 @@ class Connection:
         if self._publisher is not None:  # to follow ``main`` to the node it reaches
             self._publisher.close()
             self._publisher = None
-        self._close_consumers()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
         at = self._nodes.index(self._params)
         failed: BaseException | None = None
         for params in self._nodes[at:] + self._nodes[:at]:
@@ -143,6 +146,7 @@ class Connection:
         self._delivered.clear()
         self._subs.clear()
         self._holding.clear()
+        self._own_order.clear()
         self._peek_holding.clear()
         self._log.debug("connected")
 
@@ -155,9 +159,12 @@ class Connection:
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
             publisher.close()
-        self._close_consumers()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
         self._delivered.clear()
         self._holding.clear()
+        self._own_order.clear()
         self._peek_holding.clear()
         if conn is not None and conn.is_open:
             with contextlib.suppress(pika.exceptions.AMQPError, OSError):
@@ -220,22 +227,13 @@ class Connection:
             self._publisher = Publisher(self._params, self._where(), self._log)
         return self._publisher
 
-    def _subscription(self, queue: str) -> Consumer:
-        """The connection the subscription to the staging queue ``queue`` is consumed on, to
-        the node ``main``'s connection reached. One each: a channel acks in the order it
-        delivered (a multiple ack for a run), and RabbitMQ looks an ack out of that order up
-        among everything the channel holds unacked."""
+    def _subscriptions(self) -> Consumer:
+        """The connection the subscriptions to staging queues are consumed on, to the node
+        ``main``'s connection reached."""
         self._channel()
-        consumer = self._consumers.get(queue)
-        if consumer is None:
-            consumer = self._consumers[queue] = Consumer(self._params, self._where(), self._log)
-        return consumer
-
-    def _close_consumers(self) -> None:
-        consumers = list(self._consumers.values())
-        self._consumers.clear()
-        for consumer in consumers:
-            consumer.close()
+        if self._consumer is None:
+            self._consumer = Consumer(self._params, self._where(), self._log)
+        return self._consumer
 
     def _consumer_channel(self, queue: str, prefetch: int) -> BlockingChannel:
         """The channel of the subscription to ``queue``, opened with its prefetch."""
@@ -265,8 +263,8 @@ class Connection:
             return (tag.generation == self._peek_generation and self._peeker is not None
                     and self._peeker.is_open)
         if tag.own:
-            consumer = self._consumers.get(tag.queue)
-            return tag.generation == self._generation and consumer is not None and consumer.open
+            return (tag.generation == self._generation and self._consumer is not None
+                    and self._consumer.open)
         return tag.generation == self._generation
 
     def _settle_one(self, tag: Tag, *, requeue: bool = False) -> None:
@@ -274,11 +272,11 @@ class Connection:
         if tag.own:
             self._forget_own(tag)
             with self._ended_consumer():
-                consumer = self._consumers[tag.queue]
+                assert self._consumer is not None
                 if requeue:
-                    consumer.settle(requeue=[tag.delivery_tag])
+                    self._consumer.settle(requeue=[tag.delivery_tag])
                 else:
-                    consumer.settle([(tag.delivery_tag, False)])
+                    self._consumer.settle([(tag.delivery_tag, False)])
             return
         ch = self._ack_channel(tag)
         with self._translate():
@@ -289,10 +287,11 @@ class Connection:
 
     def _forget_own(self, tag: Tag) -> None:
         self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
+        self._own_order.pop(tag.delivery_tag, None)
 
     @contextlib.contextmanager
     def _ended_consumer(self) -> Iterator[None]:
-        """A subscription's connection ended: so does the adapter's (everything it holds is
+        """The subscriptions' connection ended: so does the adapter's (everything it holds is
         back on its queue), to be connected and subscribed again."""
         try:
             yield
@@ -315,16 +314,17 @@ class Connection:
         each channel the run of its oldest held tags that are all acked here goes in one
         ``basic_ack(multiple=True)``, the rest one by one."""
         acking: dict[str | None, set[int]] = {}  # a subscription's queue, None: peeked
-        own: dict[str, set[int]] = {}  # a subscription's queue (its own connection)
+        own: set[int] = set()
         for tag in tags:
             if tag.own:
-                own.setdefault(tag.queue, set()).add(tag.delivery_tag)
+                own.add(tag.delivery_tag)
+                self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
             else:
                 acking.setdefault(None if tag.peeked else tag.queue, set()).add(
                     tag.delivery_tag)
         self._channel()
-        for own_queue, own_tags in own.items():
-            self._ack_own(own_queue, own_tags)
+        if own:
+            self._ack_own(own)
         with self._translate():
             for queue, mine in acking.items():
                 holding: dict[int, Any] = (self._peek_holding if queue is None
@@ -345,25 +345,25 @@ class Connection:
                     holding.pop(delivery_tag, None)
                     ch.basic_ack(delivery_tag, multiple=False)
 
-    def _ack_own(self, queue: str, mine: set[int]) -> None:
-        """Ack deliveries of the subscription to ``queue`` (on its own connection): the run of
-        the oldest it holds that are all acked here goes in one ack (multiple), the rest one
-        each, all in one write."""
-        holding = self._holding.get(queue, {})
+    def _ack_own(self, mine: set[int]) -> None:
+        """Ack deliveries of the subscriptions' own connection: its delivery tags count up
+        across all its consumers, so the run of the oldest it holds that are all acked here
+        goes in one ack (multiple), the rest one each, all in one write."""
         run: list[int] = []
-        for delivery_tag in holding:  # in the order delivered
+        for delivery_tag in self._own_order:  # in the order delivered
             if delivery_tag not in mine:
                 break
             run.append(delivery_tag)
         acks = [(run[-1], True)] if run else []
         for delivery_tag in run:
-            del holding[delivery_tag]
+            del self._own_order[delivery_tag]
             mine.discard(delivery_tag)
         for delivery_tag in sorted(mine):
-            holding.pop(delivery_tag, None)
+            self._own_order.pop(delivery_tag, None)
             acks.append((delivery_tag, False))
         with self._ended_consumer():
-            self._consumers[queue].settle(acks)
+            assert self._consumer is not None
+            self._consumer.settle(acks)
 
     @staticmethod
     def _tag(held: Held) -> Tag:

@@ -17,7 +17,7 @@ import pika.exceptions
 
 from adapters.amqp_client import Delivery, Publish, Returned
 from adapters.base import Held, Message, Move
-from adapters.rabbitmq_client import ChannelRefused, Consumer, encoded, read_any
+from adapters.rabbitmq_client import ChannelRefused, Consumer, encoded
 from adapters.rabbitmq_connection import Connection, describe, refusal_reason
 from adapters.rabbitmq_stomp import Route, amqp_properties, queue_arguments, routable, route
 from policies.errors import BrokerUnavailable, PutRefused
@@ -66,13 +66,12 @@ class Puts(Connection):
         deliveries coming in are read (most of the engine's own work on them). False once none
         came (the wait for the commit then blocks, as it does with nothing to read), or there
         is nothing to read them on. A failure of their connection is met at its next use."""
-        consumers = [c for c in self._consumers.values() if c.open]
-        if not consumers:
+        consumer = self._consumer
+        if consumer is None or not consumer.open:
             return False
         before = len(self._delivered)
         try:
-            for consumer, deliveries in read_any(consumers, 0.0):
-                self._take_own(consumer, deliveries)
+            self._take_own(consumer, consumer.read(0.0))
         except BrokerUnavailable:
             return False
         return len(self._delivered) > before
