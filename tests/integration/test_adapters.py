@@ -566,15 +566,11 @@ def test_rabbitmq_a_batch_stops_at_its_unroutable_put_and_acks_only_what_it_sett
         a.settle([Move(held[5])])
     finally:
         a.close()  # 2 and 4 go back
-    b = _adapter(broker)
-    b.connect()
-    try:
-        assert sorted(m.body for m in b.browse(source)) == [b"m2", b"m4"]
-        # the puts of the transaction, the one after the refused one included (not acked:
-        # settling it again may duplicate, never lose)
-        assert sorted(m.body for m in b.browse(target)) == [b"m0", b"m1", b"m3", b"m5"]
-    finally:
-        b.close()
+    left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
+    assert left == [b"m2", b"m4"]
+    # the puts of the transaction, the one after the refused one included (not acked:
+    # settling it again may duplicate, never lose)
+    assert put == [b"m0", b"m1", b"m3", b"m5"]
 
 
 @only("rabbitmq")
@@ -601,13 +597,9 @@ def test_rabbitmq_a_batch_in_several_commits_stops_at_the_commit_with_a_return(
         assert a.depth(source) == 4  # 4 to 7: still held
     finally:
         a.close()
-    b = _adapter(broker)
-    b.connect()
-    try:
-        assert sorted(m.body for m in b.browse(source)) == [b"m4", b"m5", b"m6", b"m7"]
-        assert sorted(m.body for m in b.browse(target)) == [b"m0", b"m1", b"m2", b"m3", b"m5"]
-    finally:
-        b.close()
+    left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
+    assert left == [b"m4", b"m5", b"m6", b"m7"]
+    assert put == [b"m0", b"m1", b"m2", b"m3", b"m5"]
 
 
 @only("rabbitmq")
