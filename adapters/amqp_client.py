@@ -1,6 +1,9 @@
-"""The client side of AMQP 0-9-1 for one connection with one channel, without I/O: bytes from the
-broker go in (``receive_data``) and events come out; requests go in and bytes to write come out
-(``data_to_send``). ``adapters.rabbitmq_client`` is the socket around it.
+"""The client side of AMQP 0-9-1 for one connection, without I/O: bytes from the broker go in
+(``receive_data``) and events come out; requests go in and bytes to write come out
+(``data_to_send``). ``adapters.rabbitmq_client`` is the socket around it. Requests go to channel
+``CHANNEL`` unless they name another one opened with ``add_channel`` (a consumer each: RabbitMQ
+finds an ack among its channel's unacked deliveries in the order delivered, so consumers whose
+acks come in different orders are kept apart); one request is awaited at a time.
 
 What the RabbitMQ adapter needs where pika's BlockingChannel costs too much (it writes and polls
 after every publish and ack): a batch of publishes and acks and its Tx.Commit written at once
@@ -88,7 +91,8 @@ class Returned:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A message consumed (Basic.Deliver), or got (``Got``: ``consumer_tag`` None)."""
+    """A message consumed (Basic.Deliver), or got (``Got``: ``consumer_tag`` None), on
+    ``channel`` (its delivery tag counts on that channel)."""
 
     delivery_tag: int
     redelivered: bool
@@ -97,6 +101,7 @@ class Delivery:
     properties: bytes
     body: bytes
     consumer_tag: str | None = None
+    channel: int = CHANNEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +138,13 @@ class CancelOk:
 
 @dataclass(frozen=True, slots=True)
 class ChannelClosed:
-    """The broker closed the channel: nothing of an uncommitted batch was done. Close-Ok is
-    queued; ``open_channel`` opens it again."""
+    """The broker closed ``channel``: nothing of an uncommitted batch was done. Close-Ok is
+    queued; ``open_channel`` opens it again when it was ``CHANNEL`` or the one a request was
+    awaited on (state CHANNEL_CLOSED)."""
 
     reply_code: int
     reply_text: str
+    channel: int = CHANNEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +207,9 @@ _REPLIES: dict[tuple[int, int], tuple[type, ...]] = {
 _TICKET = b"\x00\x00"
 _NO_TABLE = b"\x00\x00\x00\x00"
 # Connection.Close (answered with Close-Ok) and, after our Close, its Close-Ok lead to CLOSED
-# from any state; Channel.Close on an open channel to CHANNEL_CLOSED.
+# from any state; Channel.Close on CHANNEL, or on the channel a request awaits its answer on,
+# to CHANNEL_CLOSED.
 _HANDSHAKE = (State.START, State.TUNE, State.OPENING)
-_OPEN_CHANNEL = (State.CHANNEL, State.SELECT, State.READY, State.WAITING)
 _CONTENT = (commands.Basic.Deliver, commands.Basic.GetOk, commands.Basic.Return)
 
 
@@ -248,10 +255,10 @@ def nack_frame(channel: int, delivery_tag: int, *, requeue: bool = True) -> byte
 
 
 class ClientChannel:
-    """One connection, channel ``CHANNEL`` (in transaction mode when ``transactional``). The
-    handshake runs by itself from the protocol header on: ``Ready`` says it is done. No
-    heart-beats are asked for (the socket around it waits for each answer with a deadline of
-    its own)."""
+    """One connection and its channels: ``CHANNEL`` (in transaction mode when
+    ``transactional``) opened by the handshake, which runs by itself from the protocol header
+    on (``Ready`` says it is done), and the ones ``add_channel`` opens. No heart-beats are
+    asked for (the socket around it waits for each answer with a deadline of its own)."""
 
     def __init__(
         self,
@@ -276,8 +283,13 @@ class ClientChannel:
         self._in = bytearray()
         self._limit = FRAME_MIN
         self._replies: tuple[type, ...] = ()  # what ends WAITING
-        # A message whose content is still coming: its method, properties, body size, body.
-        self._content: tuple[Any, bytes, int, bytearray] | None = None
+        self._open: set[int] = set()  # the channels open
+        # The channel being opened (states CHANNEL and SELECT), a request awaits an answer on
+        # (WAITING), or the broker closed under a request (CHANNEL_CLOSED).
+        self._at = CHANNEL
+        # A message whose content is still coming, by channel: its method, properties, body
+        # size, body.
+        self._content: dict[int, tuple[Any, bytes, int, bytearray]] = {}
 
     @property
     def closed(self) -> bool:
@@ -291,61 +303,75 @@ class ClientChannel:
         return out
 
     def commit(self, publishes: Iterable[Publish], acks: Iterable[int] = ()) -> None:
-        """Queue the publishes, the acks (one each) and a Tx.Commit after them. ValueError for
-        a publish that cannot be written: nothing is queued then."""
-        self._ready("commit", transaction=True)
+        """Queue the publishes, the acks (one each) and a Tx.Commit after them, on
+        ``CHANNEL``. ValueError for a publish that cannot be written: nothing is queued then."""
+        self._ready("commit", CHANNEL, transaction=True)
         frames: list[bytes] = []
         for p in publishes:
             frames += publish_frames(CHANNEL, p.exchange, p.routing_key, p.properties, p.body,
                                      mandatory=p.mandatory, frame_max=self.frame_max)
         frames += [ack_frame(CHANNEL, tag) for tag in acks]
         self._out += frames
-        self._request(TX_COMMIT, b"")
+        self._request(TX_COMMIT, b"", CHANNEL)
 
-    def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+    def ack(self, delivery_tag: int, *, multiple: bool = False, channel: int = CHANNEL) -> None:
         """Basic.Ack, which has no answer (on a channel in transaction mode, done at the next
         commit)."""
-        self._settling("ack")
-        self._out.append(ack_frame(CHANNEL, delivery_tag, multiple=multiple))
+        self._settling("ack", channel)
+        self._out.append(ack_frame(channel, delivery_tag, multiple=multiple))
 
-    def nack(self, delivery_tag: int, *, requeue: bool = True) -> None:
+    def nack(self, delivery_tag: int, *, requeue: bool = True, channel: int = CHANNEL) -> None:
         """Basic.Nack of one delivery, which has no answer: back on its queue (``requeue``),
         where a classic queue puts it at its old place."""
-        self._settling("nack")
-        self._out.append(nack_frame(CHANNEL, delivery_tag, requeue=requeue))
+        self._settling("nack", channel)
+        self._out.append(nack_frame(channel, delivery_tag, requeue=requeue))
 
     # Requests with a queue name are written here: pamqp refuses names RabbitMQ takes ("a/b").
     def declare_passive(self, queue: str) -> None:
         """``DeclareOk`` for a queue the broker has; ``ChannelClosed`` (404) when it has not."""
-        self._ready("declare")
-        self._request(QUEUE_DECLARE, _TICKET + short_string(queue) + b"\x01" + _NO_TABLE)
+        self._ready("declare", CHANNEL)
+        self._request(QUEUE_DECLARE, _TICKET + short_string(queue) + b"\x01" + _NO_TABLE,
+                      CHANNEL)
 
-    def qos(self, prefetch_count: int, *, global_qos: bool = False) -> None:
-        self._ready("set the prefetch")
-        self._request(BASIC_QOS, struct.pack(">IH?", 0, prefetch_count, global_qos))
+    def qos(self, prefetch_count: int, *, global_qos: bool = False,
+            channel: int = CHANNEL) -> None:
+        self._ready("set the prefetch", channel)
+        self._request(BASIC_QOS, struct.pack(">IH?", 0, prefetch_count, global_qos), channel)
 
-    def consume(self, queue: str) -> None:
-        """``ConsumeOk``, then a ``Delivery`` for each message, acknowledged by ``commit``."""
-        self._ready("consume")
+    def consume(self, queue: str, *, channel: int = CHANNEL) -> None:
+        """``ConsumeOk``, then a ``Delivery`` for each message, acknowledged by ``commit``
+        (``CHANNEL`` in transaction mode) or ``ack``."""
+        self._ready("consume", channel)
         self._request(BASIC_CONSUME,
-                      _TICKET + short_string(queue) + b"\x00\x00" + _NO_TABLE)
+                      _TICKET + short_string(queue) + b"\x00\x00" + _NO_TABLE, channel)
 
-    def cancel(self, consumer_tag: str) -> None:
+    def cancel(self, consumer_tag: str, *, channel: int = CHANNEL) -> None:
         """``CancelOk``; deliveries sent before the broker saw it may still come."""
-        self._ready("cancel")
-        self._request(BASIC_CANCEL, short_string(consumer_tag) + b"\x00")
+        self._ready("cancel", channel)
+        self._request(BASIC_CANCEL, short_string(consumer_tag) + b"\x00", channel)
 
     def get(self, queue: str) -> None:
         """A ``Delivery`` without a consumer tag, or ``GetEmpty``."""
-        self._ready("get")
-        self._request(BASIC_GET, _TICKET + short_string(queue) + b"\x00")
+        self._ready("get", CHANNEL)
+        self._request(BASIC_GET, _TICKET + short_string(queue) + b"\x00", CHANNEL)
+
+    def add_channel(self) -> int:
+        """Open another channel (in transaction mode when ``transactional``); its number.
+        ``Ready`` when done. RuntimeError when the connection has no channel number left."""
+        self._ready("open a channel", CHANNEL)
+        limit = self._channel_max or 0xFFFF
+        free = next((n for n in range(CHANNEL + 1, limit + 1) if n not in self._open), None)
+        if free is None:
+            raise RuntimeError(f"cannot open a channel: all {limit} are open")
+        self._opening(free)
+        return free
 
     def open_channel(self) -> None:
-        """Open the channel again after the broker closed it; ``Ready`` when done."""
+        """Open the channel again that the broker closed (state CHANNEL_CLOSED); ``Ready``
+        when done."""
         if self.state is not State.CHANNEL_CLOSED:
             raise RuntimeError(f"cannot open the channel: {self.state.value}")
-        self._send(commands.Channel.Open(), CHANNEL)
-        self.state = State.CHANNEL
+        self._opening(self._at)
 
     def close(self, reply_code: int = 200, reply_text: str = "Normal shutdown") -> None:
         """Connection.Close; ``ConnectionClosed`` when the broker answers."""
@@ -354,21 +380,29 @@ class ClientChannel:
         self._send(commands.Connection.Close(reply_code, reply_text[:255], 0, 0), 0)
         self.state = State.CLOSING
 
-    def _settling(self, what: str) -> None:
-        """A delivery is settled on the open channel, an answer awaited or not."""
-        if self.state not in (State.READY, State.WAITING):
-            raise RuntimeError(f"cannot {what}: {self.state.value}")
+    def _opening(self, channel: int) -> None:
+        self._send(commands.Channel.Open(), channel)
+        self._at = channel
+        self.state = State.CHANNEL
 
-    def _ready(self, what: str, *, transaction: bool = False) -> None:
+    def _settling(self, what: str, channel: int) -> None:
+        """A delivery is settled on an open channel, an answer awaited or not."""
+        if channel not in self._open or self.state in (State.CLOSING, State.CLOSED):
+            raise RuntimeError(f"cannot {what} on channel {channel}: {self.state.value}")
+
+    def _ready(self, what: str, channel: int, *, transaction: bool = False) -> None:
         if self.state is not State.READY:
             raise RuntimeError(f"cannot {what}: {self.state.value}")
+        if channel not in self._open:
+            raise RuntimeError(f"cannot {what}: channel {channel} is not open")
         if transaction and not self.transactional:
             raise RuntimeError(f"cannot {what}: the channel is not in transaction mode")
 
-    def _request(self, method: tuple[int, int], arguments: bytes) -> None:
+    def _request(self, method: tuple[int, int], arguments: bytes, channel: int) -> None:
         payload = struct.pack(">HH", *method) + arguments
-        self._out += (_FRAME_HEAD.pack(FRAME_METHOD, CHANNEL, len(payload)), payload, b"\xce")
+        self._out += (_FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)), payload, b"\xce")
         self._replies = _REPLIES[method]
+        self._at = channel
         self.state = State.WAITING
 
     def _send(self, method: Any, channel: int) -> None:
@@ -405,14 +439,14 @@ class ClientChannel:
     def _frame(self, kind: int, channel: int, frame: bytes) -> Event | None:
         if self.state is State.CLOSED or kind == FRAME_HEARTBEAT:
             return None  # nothing after the close is of use; heart-beats were not asked for
-        if self._content is not None:
+        if channel in self._content:
             return self._content_frame(kind, channel, frame[_FRAME_HEAD.size:-1])
-        if kind != FRAME_METHOD or channel not in (0, CHANNEL):
+        opening = self.state in (State.CHANNEL, State.SELECT) and channel == self._at
+        if kind != FRAME_METHOD or not (channel == 0 or channel in self._open or opening):
             raise ClientProtocolError(f"an unexpected frame of type {kind} on channel "
                                       f"{channel} ({self.state.value})")
-        if frame[7:11] == _DELIVER_IDS and channel == CHANNEL and self.state in (
-                State.READY, State.WAITING):
-            self._content = (_deliver(frame), b"", -1, bytearray())
+        if frame[7:11] == _DELIVER_IDS and channel in self._open:
+            self._content[channel] = (_deliver(frame), b"", -1, bytearray())
             return None
         try:
             _, _, value = pframe.unmarshal(frame)
@@ -423,31 +457,42 @@ class ClientChannel:
             return self._connection_method(value)
         if self.state is State.CLOSING:
             return None  # sent before the broker saw our Close
-        if self.state not in _OPEN_CHANNEL:
-            raise self._unexpected(value, channel)
         if isinstance(value, commands.Channel.Close):
-            self._send(commands.Channel.CloseOk(), CHANNEL)
-            self.state = State.CHANNEL_CLOSED
-            self._content = None
-            return ChannelClosed(value.reply_code or 0, value.reply_text)
-        if self.state in (State.READY, State.WAITING) and isinstance(value, _CONTENT):
-            if isinstance(value, commands.Basic.GetOk) and commands.Basic.GetOk not in (
-                    self._replies if self.state is State.WAITING else ()):
+            return self._channel_closed(value, channel)
+        if channel in self._open and isinstance(value, _CONTENT):
+            if isinstance(value, commands.Basic.GetOk) and not self._awaited(value, channel):
                 raise self._unexpected(value, channel)
-            self._content = (value, b"", -1, bytearray())
+            self._content[channel] = (value, b"", -1, bytearray())
             return None
-        if self.state is State.WAITING and isinstance(value, self._replies):
+        if self._awaited(value, channel):
             self.state = State.READY
             return _answer(value)
-        after = _NEXT.get((self.state, type(value)))
+        after = _NEXT.get((self.state, type(value))) if opening else None
         if after is None:
             raise self._unexpected(value, channel)
         if after is State.READY and self.state is State.CHANNEL and self.transactional:
-            self._send(commands.Tx.Select(), CHANNEL)
+            self._send(commands.Tx.Select(), channel)
             self.state = State.SELECT
             return None
         self.state = after
+        self._open.add(channel)
         return Ready()
+
+    def _awaited(self, value: Any, channel: int) -> bool:
+        """Whether ``value`` answers the request awaited."""
+        return (self.state is State.WAITING and channel == self._at
+                and isinstance(value, self._replies))
+
+    def _channel_closed(self, value: Any, channel: int) -> Event:
+        """The broker closed ``channel``: Close-Ok, and the state CHANNEL_CLOSED when it was
+        ``CHANNEL`` or the one a request awaited an answer on."""
+        self._send(commands.Channel.CloseOk(), channel)
+        self._open.discard(channel)
+        self._content.pop(channel, None)
+        if channel == CHANNEL or (self.state is not State.READY and channel == self._at):
+            self._at = channel
+            self.state = State.CHANNEL_CLOSED
+        return ChannelClosed(value.reply_code or 0, value.reply_text, channel)
 
     def _connection_method(self, value: Any) -> Event | None:
         if isinstance(value, commands.Connection.Close):
@@ -480,11 +525,11 @@ class ClientChannel:
         elif isinstance(value, commands.Connection.Tune):
             self.frame_max = _least(self.frame_max, value.frame_max)
             self._limit = self.frame_max or 1 << 31
-            channel_max = _least(self._channel_max, value.channel_max)
-            self._send(commands.Connection.TuneOk(channel_max, self.frame_max, 0), 0)
+            self._channel_max = _least(self._channel_max, value.channel_max)
+            self._send(commands.Connection.TuneOk(self._channel_max, self.frame_max, 0), 0)
             self._send(commands.Connection.Open(self._virtual_host), 0)
         else:  # Open-Ok
-            self._send(commands.Channel.Open(), CHANNEL)
+            self._opening(CHANNEL)
         return None
 
     def _unexpected(self, value: Any, channel: int) -> ClientProtocolError:
@@ -492,12 +537,8 @@ class ClientChannel:
                                    f"{channel} ({self.state.value})")
 
     def _content_frame(self, kind: int, channel: int, payload: bytes) -> Event | None:
-        """A message's content header and body frames, after its method."""
-        assert self._content is not None
-        method, properties, size, content = self._content
-        if channel != CHANNEL:
-            raise ClientProtocolError(f"a frame on channel {channel} inside a message's "
-                                      "content")
+        """A message's content header and body frames, after its method on ``channel``."""
+        method, properties, size, content = self._content[channel]
         if size < 0:
             if kind != FRAME_HEADER or len(payload) < _HEADER_HEAD.size + 2:
                 raise ClientProtocolError(f"{method.name} without its content header")
@@ -511,9 +552,9 @@ class ClientChannel:
         else:
             raise ClientProtocolError("a message's content cut short")
         if len(content) < size:
-            self._content = (method, properties, size, content)
+            self._content[channel] = (method, properties, size, content)
             return None
-        self._content = None
+        del self._content[channel]
         body = bytes(content)
         if isinstance(method, commands.Basic.Return):
             return Returned(method.reply_code or 0, method.reply_text, method.exchange,
@@ -521,9 +562,10 @@ class ClientChannel:
         if isinstance(method, commands.Basic.GetOk):
             self.state = State.READY
             return Got(method.delivery_tag or 0, bool(method.redelivered), method.exchange,
-                       method.routing_key or "", properties, body)
+                       method.routing_key or "", properties, body, None, channel)
         return Delivery(method.delivery_tag or 0, bool(method.redelivered), method.exchange,
-                        method.routing_key or "", properties, body, method.consumer_tag)
+                        method.routing_key or "", properties, body, method.consumer_tag,
+                        channel)
 
 
 class _Deliver(NamedTuple):

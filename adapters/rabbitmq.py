@@ -147,9 +147,6 @@ class RabbitMQ(Puts, Checks, Expiries):
         self._delivered: list[Held] = []
         # A subscription's queue -> the delivery tags it holds on its channel, in their order.
         self._holding: dict[str, dict[int, None]] = {}
-        # The delivery tags the subscriptions' connection holds, in their order (one count
-        # across all its consumers).
-        self._own_order: dict[int, None] = {}
         self._peek_holding: dict[int, str] = {}  # delivery tag on the peek channel -> its queue
         self._log = structlog.get_logger("adapters.rabbitmq").bind(
             broker=self.name, address=str(amqp))
@@ -315,7 +312,6 @@ class RabbitMQ(Puts, Checks, Expiries):
             if self._quorum:
                 headers.pop(DELIVERY_COUNT, None)
             self._holding.setdefault(queue, {})[d.delivery_tag] = None
-            self._own_order[d.delivery_tag] = None
             self._delivered.append(Held(queue, Message(headers, d.body), Tag(
                 self._generation, d.delivery_tag, queue=queue, own=True)))
 

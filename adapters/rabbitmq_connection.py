@@ -106,7 +106,6 @@ class Connection:
     _declared: set[str]
     _delivered: list[Held]
     _holding: dict[str, dict[int, None]]
-    _own_order: dict[int, None]
     _peek_holding: dict[int, str]
     _log: FilteringBoundLogger
 
@@ -146,7 +145,6 @@ class Connection:
         self._delivered.clear()
         self._subs.clear()
         self._holding.clear()
-        self._own_order.clear()
         self._peek_holding.clear()
         self._log.debug("connected")
 
@@ -164,7 +162,6 @@ class Connection:
             consumer.close()
         self._delivered.clear()
         self._holding.clear()
-        self._own_order.clear()
         self._peek_holding.clear()
         if conn is not None and conn.is_open:
             with contextlib.suppress(pika.exceptions.AMQPError, OSError):
@@ -274,9 +271,9 @@ class Connection:
             with self._ended_consumer():
                 assert self._consumer is not None
                 if requeue:
-                    self._consumer.settle(requeue=[tag.delivery_tag])
+                    self._consumer.settle(requeue=[(tag.queue, tag.delivery_tag)])
                 else:
-                    self._consumer.settle([(tag.delivery_tag, False)])
+                    self._consumer.settle([(tag.queue, tag.delivery_tag, False)])
             return
         ch = self._ack_channel(tag)
         with self._translate():
@@ -287,7 +284,6 @@ class Connection:
 
     def _forget_own(self, tag: Tag) -> None:
         self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
-        self._own_order.pop(tag.delivery_tag, None)
 
     @contextlib.contextmanager
     def _ended_consumer(self) -> Iterator[None]:
@@ -314,11 +310,10 @@ class Connection:
         each channel the run of its oldest held tags that are all acked here goes in one
         ``basic_ack(multiple=True)``, the rest one by one."""
         acking: dict[str | None, set[int]] = {}  # a subscription's queue, None: peeked
-        own: set[int] = set()
+        own: dict[str, set[int]] = {}
         for tag in tags:
             if tag.own:
-                own.add(tag.delivery_tag)
-                self._holding.get(tag.queue, {}).pop(tag.delivery_tag, None)
+                own.setdefault(tag.queue, set()).add(tag.delivery_tag)
             else:
                 acking.setdefault(None if tag.peeked else tag.queue, set()).add(
                     tag.delivery_tag)
@@ -345,22 +340,26 @@ class Connection:
                     holding.pop(delivery_tag, None)
                     ch.basic_ack(delivery_tag, multiple=False)
 
-    def _ack_own(self, mine: set[int]) -> None:
-        """Ack deliveries of the subscriptions' own connection: its delivery tags count up
-        across all its consumers, so the run of the oldest it holds that are all acked here
-        goes in one ack (multiple), the rest one each, all in one write."""
-        run: list[int] = []
-        for delivery_tag in self._own_order:  # in the order delivered
-            if delivery_tag not in mine:
-                break
-            run.append(delivery_tag)
-        acks = [(run[-1], True)] if run else []
-        for delivery_tag in run:
-            del self._own_order[delivery_tag]
-            mine.discard(delivery_tag)
-        for delivery_tag in sorted(mine):
-            self._own_order.pop(delivery_tag, None)
-            acks.append((delivery_tag, False))
+    def _ack_own(self, acking: dict[str, set[int]]) -> None:
+        """Ack deliveries of the subscriptions' own connection, all in one write: on each
+        subscription's channel, the run of the oldest it holds that are all acked here goes
+        in one ack (multiple), the rest one each."""
+        acks: list[tuple[str, int, bool]] = []
+        for queue, mine in acking.items():
+            holding = self._holding.get(queue, {})
+            run: list[int] = []
+            for delivery_tag in holding:  # in the order delivered
+                if delivery_tag not in mine:
+                    break
+                run.append(delivery_tag)
+            if run:
+                acks.append((queue, run[-1], True))
+            for delivery_tag in run:
+                del holding[delivery_tag]
+                mine.discard(delivery_tag)
+            for delivery_tag in sorted(mine):
+                holding.pop(delivery_tag, None)
+                acks.append((queue, delivery_tag, False))
         with self._ended_consumer():
             assert self._consumer is not None
             self._consumer.settle(acks)

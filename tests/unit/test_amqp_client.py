@@ -5,6 +5,7 @@ else)."""
 
 from __future__ import annotations
 
+import copy
 import random
 import struct
 from typing import Any
@@ -414,3 +415,86 @@ def test_acks_and_nacks_are_written_as_pika_writes_them() -> None:
         pika.frame.Method(1, m).marshal() for m in (
             pika.spec.Basic.Ack(5), pika.spec.Basic.Ack(9, multiple=True),
             pika.spec.Basic.Nack(7, requeue=True), pika.spec.Basic.Nack(8, requeue=False)))
+
+
+def channel_deliver(channel: int, tag: int, data: bytes) -> list[bytes]:
+    """A Basic.Deliver on ``channel``: its method, header and body frames, apart."""
+    return [method(commands.Basic.Deliver(f"ctag{channel}", tag, False, "", "q"), channel),
+            pika.frame.Header(channel, len(data), PROPS).marshal(), body(channel, data)]
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytewise"])
+def test_consumers_on_channels_of_their_own_take_deliveries_interleaved(mode: str) -> None:
+    proto = ready(transactional=False)
+    two = proto.add_channel()
+    assert two == 2 and kinds(proto.data_to_send()) == [(2, commands.Channel.Open)]
+    with pytest.raises(RuntimeError, match="cannot consume"):
+        proto.consume("q", channel=2)
+    assert feed(proto, method(commands.Channel.OpenOk(), 2), mode) == [Ready()]
+    proto.qos(10, channel=2)
+    [(channel, qos)] = frames(proto.data_to_send())
+    assert (channel, qos.prefetch_count, qos.global_) == (2, 10, False)
+    with pytest.raises(ClientProtocolError):  # the answer on another channel
+        feed(copy_of(proto), method(commands.Basic.QosOk(), 1))
+    assert feed(proto, method(commands.Basic.QosOk(), 2), mode) == [QosOk()]
+    assert proto.add_channel() == 3
+    assert feed(proto, method(commands.Channel.OpenOk(), 3), mode) == [Ready()]
+    # Frames of deliveries on two channels interleaved (the protocol allows it between
+    # channels): each message is whole, with the channel it came on.
+    on2, on3 = channel_deliver(2, 1, b"two"), channel_deliver(3, 1, b"three")
+    got = feed(proto, b"".join(f for pair in zip(on2, on3, strict=True) for f in pair), mode)
+    assert [(e.channel, e.delivery_tag, e.body, e.consumer_tag) for e in got] == [
+        (2, 1, b"two", "ctag2"), (3, 1, b"three", "ctag3")]
+    proto.data_to_send()
+    proto.ack(1, channel=3, multiple=True)
+    proto.nack(1, channel=2)
+    assert proto.data_to_send() == b"".join((
+        pika.frame.Method(3, pika.spec.Basic.Ack(1, multiple=True)).marshal(),
+        pika.frame.Method(2, pika.spec.Basic.Nack(1, requeue=True)).marshal()))
+    with pytest.raises(RuntimeError, match="channel 4"):
+        proto.ack(1, channel=4)
+
+
+def test_a_consumers_channel_closed_leaves_the_others_open() -> None:
+    proto = ready(transactional=False)
+    proto.add_channel()
+    feed(proto, method(commands.Channel.OpenOk(), 2))
+    proto.data_to_send()
+    close = commands.Channel.Close(406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80)
+    assert feed(proto, method(close, 2)) == [
+        ChannelClosed(406, "PRECONDITION_FAILED - unknown delivery tag 9", 2)]
+    assert kinds(proto.data_to_send()) == [(2, commands.Channel.CloseOk)]
+    assert proto.state is State.READY  # channel 1 is still open for requests
+    with pytest.raises(ClientProtocolError):  # a delivery on the closed channel
+        feed(copy_of(proto), b"".join(channel_deliver(2, 2, b"x")))
+    assert proto.add_channel() == 2  # its number is free again
+
+
+def test_a_channel_opened_in_transaction_mode_is_selected_first() -> None:
+    proto = ready()
+    proto.add_channel()
+    proto.data_to_send()
+    assert feed(proto, method(commands.Channel.OpenOk(), 2)) == []
+    assert kinds(proto.data_to_send()) == [(2, commands.Tx.Select)]
+    assert feed(proto, method(commands.Tx.SelectOk(), 2)) == [Ready()]
+
+
+def test_no_channel_is_opened_past_the_channel_max() -> None:
+    proto = ClientChannel(virtual_host="/", mechanism="PLAIN", response="\0u\0p",
+                          client_properties={}, frame_max=FRAME_MAX, transactional=False)
+    feed(proto, method(commands.Connection.Start(mechanisms="PLAIN"))
+         + method(commands.Connection.Tune(2, FRAME_MAX, 0))
+         + method(commands.Connection.OpenOk()) + method(commands.Channel.OpenOk(), 1))
+    assert proto.add_channel() == 2
+    feed(proto, method(commands.Channel.OpenOk(), 2))
+    with pytest.raises(RuntimeError, match="all 2 are open"):
+        proto.add_channel()
+
+
+def kinds(data: bytes) -> list[tuple[int, type]]:
+    return [(channel, type(value)) for channel, value in frames(data)]
+
+
+def copy_of(proto: ClientChannel) -> ClientChannel:
+    """The protocol as it is, to try a frame on without changing ``proto``."""
+    return copy.deepcopy(proto)
