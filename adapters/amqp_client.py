@@ -305,12 +305,21 @@ class ClientChannel:
     def commit(self, publishes: Iterable[Publish], acks: Iterable[int] = ()) -> None:
         """Queue the publishes, the acks (one each) and a Tx.Commit after them, on
         ``CHANNEL``. ValueError for a publish that cannot be written: nothing is queued then."""
-        self._ready("commit", CHANNEL, transaction=True)
+        self.commit_frames(self.frames(publishes) + [ack_frame(CHANNEL, t) for t in acks])
+
+    def frames(self, publishes: Iterable[Publish]) -> list[bytes]:
+        """The frames of ``publishes`` on ``CHANNEL``, for ``commit_frames``. ValueError for
+        one that cannot be written."""
         frames: list[bytes] = []
         for p in publishes:
             frames += publish_frames(CHANNEL, p.exchange, p.routing_key, p.properties, p.body,
                                      mandatory=p.mandatory, frame_max=self.frame_max)
-        frames += [ack_frame(CHANNEL, tag) for tag in acks]
+        return frames
+
+    def commit_frames(self, frames: list[bytes]) -> None:
+        """Queue ``frames`` and a Tx.Commit after them. Not while a commit awaits its answer:
+        RabbitMQ closes the connection over a command sent then (504 CHANNEL_ERROR)."""
+        self._ready("commit", CHANNEL, transaction=True)
         self._out += frames
         self._request(TX_COMMIT, b"", CHANNEL)
 

@@ -308,16 +308,33 @@ class Wire:
 
 
 class Publisher(Wire):
-    """The staging engine's batches of puts, each in one transaction."""
+    """The staging engine's batches of puts, in transactions."""
 
     def commit(self, publishes: Sequence[Publish],
                meanwhile: Callable[[], bool] | None = None) -> list[Returned]:
         """Put ``publishes`` in one transaction; the ones the broker returned unroutable, in
         the order published. ValueError: one cannot be written (nothing was sent).
         ``meanwhile``: as for ``until``."""
-        self.channel().commit(publishes)
-        return [e for e in self.until(Committed, meanwhile=meanwhile)
-                if isinstance(e, Returned)]
+        committed: list[list[Returned]] = []
+        self.commit_parts([publishes], committed, meanwhile)
+        return committed[0]
+
+    def commit_parts(self, parts: Sequence[Sequence[Publish]], committed: list[list[Returned]],
+                     meanwhile: Callable[[], bool] | None = None) -> None:
+        """Put each part in a transaction of its own, one after the other (RabbitMQ takes no
+        command on a channel while it commits): for each part committed, the ones the broker
+        returned unroutable are appended to ``committed`` as it is answered, so that after a
+        failure midway it holds the parts done. A part with a return is the last committed.
+        ValueError: a publish cannot be written (checked before any is sent: nothing was)."""
+        proto = self.channel()
+        encoded = [proto.frames(part) for part in parts]
+        for i, frames in enumerate(encoded):
+            self.channel().commit_frames(frames)
+            encoded[i] = []  # (not kept once written)
+            committed.append([e for e in self.until(Committed, meanwhile=meanwhile)
+                              if isinstance(e, Returned)])
+            if committed[-1]:
+                return
 
 
 class Consumer(Wire):

@@ -43,12 +43,14 @@ class Puts(Connection):
     def settle(self, moves: Sequence[Move]) -> None:
         """Publish every move's message, then ack. A held message from a lost connection stops
         the whole batch before anything is published (the broker has requeued it already). A
-        refused publish stops it at that move (PutRefused): the moves before it are done, it
-        and the rest stay held (a batch put in transactions may have put some of the rest
-        already: retrying them can duplicate, never lose). RabbitMQ fails a transaction with a
-        put to a full reject-publish queue ("partial tx completion") after putting the others,
-        so a queue that nacked a put is left out of transactions for REFUSING_S: the engine
-        tries it again and again (message-retry), and only its first refusal can duplicate."""
+        refused publish stops it at that move (PutRefused): the moves before it are done, and
+        those after it that its transaction put (``also_done``); it and the rest stay held. A
+        transaction's connection lost after some commits leaves the batch to be put one by
+        one from the commit that was out, which can duplicate, never lose. RabbitMQ fails a
+        transaction with a put to a full reject-publish queue ("partial tx completion") after
+        putting the others, so a queue that nacked a put is left out of transactions for
+        REFUSING_S: the engine tries it again and again (message-retry), and only its first
+        refusal can duplicate."""
         self._channel()
         for move in moves:
             if not self._live(self._tag(move.held)):
@@ -57,9 +59,10 @@ class Puts(Connection):
                     "connection and is back on its queue"
                 )
         puts = [m for m in moves if m.destination is not None]
-        if len(puts) > 1 and not self._any_refusing(puts) and self._settle_batch(moves):
-            return
-        self._settle_each(moves)
+        done = 0
+        if len(puts) > 1 and not self._any_refusing(puts):
+            done = self._settle_batch(moves)
+        self._settle_each(moves, done)
 
     def _read_main(self) -> bool:
         """While a batch's transaction commits on its own connection, the subscriptions'
@@ -84,19 +87,19 @@ class Puts(Connection):
         return any(route(m.destination or "").routing_key in self._refusing for m in puts
                    if routable(m.destination))
 
-    def _settle_batch(self, moves: Sequence[Move]) -> bool:
-        """All puts in transactions (``adapters.rabbitmq_client``), then the acks. False
-        when the batch could not be put that way (a target that refuses its declare, a message
-        that cannot be written, a channel error, the transaction's connection lost while
-        ``main``'s is up): nothing acked, do it one by one."""
+    def _settle_batch(self, moves: Sequence[Move]) -> int:
+        """All puts in transactions (``adapters.rabbitmq_client``), then the acks; how many
+        of the first moves are settled. Fewer than all when the batch could not be put that
+        way (a target that refuses its declare, a message that cannot be written, a channel
+        error, the transaction's connection lost while ``main``'s is up): the moves of the
+        commits done are acked, the rest are for one by one."""
         publishes: list[Publish] = []
-        sent: list[tuple[str, str, bytes] | None] = []
-        for move in moves:
+        move_of: list[int] = []  # a publish's move
+        for i, move in enumerate(moves):
             if move.destination is None:
-                sent.append(None)
                 continue
             if move.message is None:
-                return False  # _settle_each says what is wrong with it
+                return 0  # _settle_each says what is wrong with it
             where = route(move.destination)
             if where.declare and where.routing_key not in self._declared:
                 # Declared on its own first (as a SEND to it would), so that a burst of
@@ -105,22 +108,25 @@ class Puts(Connection):
                     self._declare_target(where.routing_key, move.message.headers,
                                          move.destination)
                 except PutRefused:
-                    return False  # _settle_each says which move it refuses
+                    return 0  # _settle_each says which move it refuses
             try:
                 props = encoded(amqp_properties(move.message.headers))
             except (ValueError, TypeError, pika.exceptions.AMQPError):
-                return False  # one by one, where that move is refused on its own
+                return 0  # one by one, where that move is refused on its own
             body = move.message.body
             publishes.append(Publish(where.exchange, where.routing_key, props, body,
                                      where.queue or move.mandatory))
-            sent.append((where.exchange, where.routing_key, body))
+            move_of.append(i)
+        parts: list[list[Returned]] = []  # the commits done
         try:
-            returned = self._commit_in_parts(publishes)
+            self._transactions().commit_parts(
+                [publishes[at:at + COMMIT_EVERY] for at in range(0, len(publishes), COMMIT_EVERY)],
+                parts, meanwhile=self._read_main)
         except ValueError:
-            return False  # a message no frame can carry: refused on its own
+            return 0  # a message no frame can carry: refused on its own
         except ChannelRefused as exc:
             self._log.debug("a batch's transaction refused: put one by one", error=str(exc))
-            return False
+            return self._ack_committed(moves, move_of, len(parts))
         except BrokerUnavailable as exc:
             if not self._main_open() or self._conn is None or not self._conn.is_open:
                 self.close()
@@ -130,33 +136,33 @@ class Puts(Connection):
                 self._told_fallback = now + REFUSING_S
                 self._log.warning("batches put one by one: their transactions' connection "
                                   "failed", error=str(exc))
-            return False
-        refused = len(moves)
-        for back in returned:
-            refused = min(refused, next(
-                (i for i, key in enumerate(sent)
-                 if key == (back.exchange, back.routing_key, back.body)), refused))
-        self._ack_all(self._tag(move.held) for move in moves[:refused])
-        if refused < len(moves):
-            move = moves[refused]
-            raise PutRefused(refused, MQRC_UNKNOWN_OBJECT_NAME, _unroutable(
-                route(move.destination or "")), move.destination or "")
-        return True
+            # The commit out when it failed may or may not be done: put again, it can
+            # duplicate, never lose.
+            return self._ack_committed(moves, move_of, len(parts))
+        returned = _returned(publishes, parts, move_of)
+        if not returned:
+            self._ack_all(self._tag(move.held) for move in moves)
+            return len(moves)
+        refused = min(returned)
+        committed = min(len(parts) * COMMIT_EVERY, len(publishes))
+        also = tuple(sorted(i for i in move_of[:committed] if i > refused and i not in returned))
+        self._ack_all(self._tag(moves[i].held) for i in (*range(refused), *also))
+        move = moves[refused]
+        raise PutRefused(refused, MQRC_UNKNOWN_OBJECT_NAME, _unroutable(
+            route(move.destination or "")), move.destination or "", also_done=also)
 
-    def _commit_in_parts(self, publishes: Sequence[Publish]) -> list[Returned]:
-        """``publishes`` in transactions of COMMIT_EVERY; what the broker returned. A commit
-        with a return is the last (the moves after the refused one stay held)."""
-        transactions = self._transactions()
-        for start in range(0, len(publishes), COMMIT_EVERY):
-            returned = transactions.commit(publishes[start:start + COMMIT_EVERY],
-                                           meanwhile=self._read_main)
-            if returned:
-                return returned
-        return []
+    def _ack_committed(self, moves: Sequence[Move], move_of: Sequence[int], parts: int) -> int:
+        """Ack the moves before the first publish of a commit not done (``parts`` were); how
+        many."""
+        first = parts * COMMIT_EVERY
+        done = move_of[first] if first < len(move_of) else len(moves)
+        self._ack_all(self._tag(move.held) for move in moves[:done])
+        return done
 
-    def _settle_each(self, moves: Sequence[Move]) -> None:
-        """Per move: publish (confirmed), then ack."""
-        for i, move in enumerate(moves):
+    def _settle_each(self, moves: Sequence[Move], start: int = 0) -> None:
+        """Per move from ``start``: publish (confirmed), then ack."""
+        for i in range(start, len(moves)):
+            move = moves[i]
             if move.destination is not None:
                 if move.message is None:
                     raise ValueError("a move with a destination needs a message")
@@ -260,6 +266,27 @@ class Puts(Connection):
             with self._translate():
                 raise
         self._declared.add(queue)
+
+
+def _returned(publishes: Sequence[Publish], parts: Sequence[Sequence[Returned]],
+              move_of: Sequence[int]) -> set[int]:
+    """The moves whose publishes the broker returned, each return matched within its own
+    commit (publishes of the same exchange, key and body: the first not matched yet). A
+    return that matches none counts its whole commit as returned: held, not lost."""
+    out: set[int] = set()
+    for p, backs in enumerate(parts):
+        free = list(range(p * COMMIT_EVERY, min((p + 1) * COMMIT_EVERY, len(publishes))))
+        whole = list(free)
+        for back in backs:
+            i = next((i for i in free if publishes[i].exchange == back.exchange
+                      and publishes[i].routing_key == back.routing_key
+                      and publishes[i].body == back.body), None)
+            if i is None:
+                out.update(move_of[j] for j in whole)
+                break
+            free.remove(i)
+            out.add(move_of[i])
+    return out
 
 
 def _unroutable(where: Route) -> str:

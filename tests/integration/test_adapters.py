@@ -545,8 +545,9 @@ def test_rabbitmq_a_batch_stops_at_its_unroutable_put_and_acks_only_what_it_sett
     broker: Broker, names: Callable[[], str]
 ) -> None:
     """One transaction for the batch; a put returned unroutable is refused at its index, the
-    moves before it are acked (with the run of the oldest held in one multiple ack) and no
-    other: what the batch left held, and what it did not settle, is still held."""
+    moves before it are acked (with the run of the oldest held in one multiple ack), and so is
+    the one after it the transaction put (named in ``also_done``): what the batch did not
+    settle is still held."""
     source, target = names(), names()
     a = _adapter(broker)
     a.connect()
@@ -562,14 +563,12 @@ def test_rabbitmq_a_batch_stops_at_its_unroutable_put_and_acks_only_what_it_sett
                                                                               held[5].message)])
         assert refused.value.index == 3 and refused.value.destination == missing
         assert refused.value.reason.name == "MQRC_UNKNOWN_OBJECT_NAME"
-        assert a.depth(source) == 3  # 2, 4 and 5: still held, still this adapter's
-        a.settle([Move(held[5])])
+        assert refused.value.also_done == (4,)
+        assert a.depth(source) == 2  # 2 and 4: still held, still this adapter's
     finally:
         a.close()  # 2 and 4 go back
     left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
     assert left == [b"m2", b"m4"]
-    # the puts of the transaction, the one after the refused one included (not acked:
-    # settling it again may duplicate, never lose)
     assert put == [b"m0", b"m1", b"m3", b"m5"]
 
 
@@ -578,8 +577,9 @@ def test_rabbitmq_a_batch_in_several_commits_stops_at_the_commit_with_a_return(
     broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch is committed COMMIT_EVERY puts at a time, and acked once the last commit is in:
-    a put returned unroutable in the second commit is refused at its index, the moves before
-    it are acked, and the third commit is never made (its moves stay held, not put)."""
+    a put returned unroutable in the second commit is refused at its index, every move put is
+    acked (the one after it in the same commit named in ``also_done``), and the third commit
+    is never made (its moves stay held, not put)."""
     monkeypatch.setattr(rabbitmq_puts, "COMMIT_EVERY", 3)
     source, target = names(), names()
     a = _adapter(broker)
@@ -594,12 +594,42 @@ def test_rabbitmq_a_batch_in_several_commits_stops_at_the_commit_with_a_return(
         with pytest.raises(PutRefused) as refused:
             a.settle(moves)
         assert refused.value.index == 4 and refused.value.destination == missing
-        assert a.depth(source) == 4  # 4 to 7: still held
+        assert refused.value.also_done == (5,)
+        assert a.depth(source) == 3  # 4, 6 and 7: still held
     finally:
         a.close()
     left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
-    assert left == [b"m4", b"m5", b"m6", b"m7"]
+    assert left == [b"m4", b"m6", b"m7"]
     assert put == [b"m0", b"m1", b"m2", b"m3", b"m5"]
+
+
+@only("rabbitmq")
+def test_rabbitmq_a_channel_error_in_a_later_commit_keeps_the_commits_done(
+    broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing exchange closes the channel in the batch's second commit: the first commit's
+    moves are done and acked, and only the rest go one by one (the first commit's puts are not
+    made twice)."""
+    monkeypatch.setattr(rabbitmq_puts, "COMMIT_EVERY", 3)
+    source, target = names(), names()
+    a = _adapter(broker)
+    a.connect()
+    try:
+        a.ensure_queues([source, target])
+        _fill(a, source, 6)
+        held = _held(a, source, 6)
+        to = f"/amq/queue/{target}"
+        missing = f"/exchange/jbt-missing-{uuid.uuid4().hex}/k"
+        moves = [Move(h, missing if i == 4 else to, h.message) for i, h in enumerate(held)]
+        with pytest.raises(PutRefused, match="NOT_FOUND") as refused:
+            a.settle(moves)
+        assert refused.value.index == 4
+        assert a.depth(source) == 2  # 4 and 5: still held
+    finally:
+        a.close()
+    left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
+    assert left == [b"m4", b"m5"]
+    assert put == [b"m0", b"m1", b"m2", b"m3"]
 
 
 @only("rabbitmq")
