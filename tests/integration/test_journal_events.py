@@ -79,11 +79,14 @@ def test_every_way_a_message_goes_is_journaled_once_and_reported(
     tx = conn.begin()
     conn.send(d["expired"], "expired", headers={delay: "800", "expiration": "1000",
                                                 "receipt": "r3"}, transaction=tx)
+    expired_sent = time.monotonic()
     conn.send(d["dead"], "dead", headers={"receipt": "r4", "persistent": "true"})
     for r in ("r1", "r2", "r4"):  # (r3 comes with its transaction's COMMIT on RabbitMQ)
         assert inbox.wait_receipt(r), r
     assert [m.body for m in inbox.take(1, timeout=15)] == ["released"], bridge.log()[-2000:]
-    time.sleep(0.3)  # (the release came at least 800 ms after the send)
+    # Past its TTL from its own send, with room for a bridge that read it late on a busy
+    # machine (the sends before it may have been read hundreds of ms earlier).
+    time.sleep(max(0.0, expired_sent + 1.5 - time.monotonic()))
     conn.commit(tx)
     assert inbox.wait_receipt("r3")
     conn.subscribe(d["dead"], id="f", ack="client-individual")
