@@ -326,40 +326,14 @@ class Connection:
                                            else self._holding.get(queue, {}))
                 ch = self._peeker if queue is None else self._subs.get(queue)
                 assert ch is not None
-                run: list[int] = []
-                for delivery_tag in holding:  # in the order delivered
-                    if delivery_tag not in mine:
-                        break
-                    run.append(delivery_tag)
-                if run:
-                    ch.basic_ack(run[-1], multiple=True)
-                    for delivery_tag in run:
-                        del holding[delivery_tag]
-                        mine.discard(delivery_tag)
-                for delivery_tag in sorted(mine):
-                    holding.pop(delivery_tag, None)
-                    ch.basic_ack(delivery_tag, multiple=False)
+                for delivery_tag, multiple in _acks(holding, mine):
+                    ch.basic_ack(delivery_tag, multiple=multiple)
 
     def _ack_own(self, acking: dict[str, set[int]]) -> None:
-        """Ack deliveries of the subscriptions' own connection, all in one write: on each
-        subscription's channel, the run of the oldest it holds that are all acked here goes
-        in one ack (multiple), the rest one each."""
-        acks: list[tuple[str, int, bool]] = []
-        for queue, mine in acking.items():
-            holding = self._holding.get(queue, {})
-            run: list[int] = []
-            for delivery_tag in holding:  # in the order delivered
-                if delivery_tag not in mine:
-                    break
-                run.append(delivery_tag)
-            if run:
-                acks.append((queue, run[-1], True))
-            for delivery_tag in run:
-                del holding[delivery_tag]
-                mine.discard(delivery_tag)
-            for delivery_tag in sorted(mine):
-                holding.pop(delivery_tag, None)
-                acks.append((queue, delivery_tag, False))
+        """Ack deliveries of the subscriptions' own connection, all in one write, each
+        subscription's on its own channel."""
+        acks = [(queue, delivery_tag, multiple) for queue, mine in acking.items()
+                for delivery_tag, multiple in _acks(self._holding.get(queue, {}), mine)]
         with self._ended_consumer():
             assert self._consumer is not None
             self._consumer.settle(acks)
@@ -369,6 +343,24 @@ class Connection:
         if not isinstance(held.token, Tag):
             raise TypeError("not a message held by a RabbitMQ adapter")
         return held.token
+
+
+def _acks(holding: dict[int, Any], mine: set[int]) -> list[tuple[int, bool]]:
+    """The acks ((delivery tag, multiple) each) of the tags ``mine`` of one channel, which
+    ``holding`` holds in the order delivered (they are forgotten there): the run of the oldest
+    held that are all in ``mine`` in one multiple ack, the rest one each."""
+    run: list[int] = []
+    for delivery_tag in holding:
+        if delivery_tag not in mine:
+            break
+        run.append(delivery_tag)
+    acks = [(run[-1], True)] if run else []
+    for delivery_tag in run:
+        del holding[delivery_tag]
+    rest = sorted(mine.difference(run))
+    for delivery_tag in rest:
+        holding.pop(delivery_tag, None)
+    return acks + [(delivery_tag, False) for delivery_tag in rest]
 
 
 def close_quietly(ch: BlockingChannel) -> None:

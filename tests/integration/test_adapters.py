@@ -573,63 +573,41 @@ def test_rabbitmq_a_batch_stops_at_its_unroutable_put_and_acks_only_what_it_sett
 
 
 @only("rabbitmq")
-def test_rabbitmq_a_batch_in_several_commits_stops_at_the_commit_with_a_return(
-    broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("missing", "count", "also_done", "left_over"), [
+    # Returned unroutable: its commit is done but for it, and it is the last commit made.
+    ("/amq/queue/jbt-gone-{}", 8, (5,), [b"m4", b"m6", b"m7"]),
+    # A channel error undoes its commit: the rest after the first commit go one by one.
+    ("/exchange/jbt-missing-{}/k", 6, (), [b"m4", b"m5"]),
+], ids=["returned", "channel-error"])
+def test_rabbitmq_a_batch_stopped_in_its_second_commit_acks_what_it_put(
+    broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch, missing: str,
+    count: int, also_done: tuple[int, ...], left_over: list[bytes],
 ) -> None:
-    """A batch is committed COMMIT_EVERY puts at a time, and acked once the last commit is in:
-    a put returned unroutable in the second commit is refused at its index, every move put is
-    acked (the one after it in the same commit named in ``also_done``), and the third commit
-    is never made (its moves stay held, not put)."""
+    """A batch is committed COMMIT_EVERY puts at a time, and acked once the last commit is in.
+    Refused at move 4, in the second commit: every move put is acked (those after the refused
+    one named in ``also_done``) and no message is put twice; the rest stay held."""
     monkeypatch.setattr(rabbitmq_puts, "COMMIT_EVERY", 3)
     source, target = names(), names()
+    missing = missing.format(uuid.uuid4().hex)
     a = _adapter(broker)
     a.connect()
     try:
         a.ensure_queues([source, target])
-        _fill(a, source, 8)
-        held = _held(a, source, 8)
+        _fill(a, source, count)
+        held = _held(a, source, count)
         to = f"/amq/queue/{target}"
-        missing = f"/amq/queue/jbt-gone-{uuid.uuid4().hex}"
         moves = [Move(h, missing if i == 4 else to, h.message) for i, h in enumerate(held)]
         with pytest.raises(PutRefused) as refused:
             a.settle(moves)
-        assert refused.value.index == 4 and refused.value.destination == missing
-        assert refused.value.also_done == (5,)
-        assert a.depth(source) == 3  # 4, 6 and 7: still held
+        assert (refused.value.index, refused.value.destination) == (4, missing)
+        assert refused.value.also_done == also_done
+        assert a.depth(source) == len(left_over)  # still held
     finally:
         a.close()
     left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
-    assert left == [b"m4", b"m6", b"m7"]
-    assert put == [b"m0", b"m1", b"m2", b"m3", b"m5"]
-
-
-@only("rabbitmq")
-def test_rabbitmq_a_channel_error_in_a_later_commit_keeps_the_commits_done(
-    broker: Broker, names: Callable[[], str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A missing exchange closes the channel in the batch's second commit: the first commit's
-    moves are done and acked, and only the rest go one by one (the first commit's puts are not
-    made twice)."""
-    monkeypatch.setattr(rabbitmq_puts, "COMMIT_EVERY", 3)
-    source, target = names(), names()
-    a = _adapter(broker)
-    a.connect()
-    try:
-        a.ensure_queues([source, target])
-        _fill(a, source, 6)
-        held = _held(a, source, 6)
-        to = f"/amq/queue/{target}"
-        missing = f"/exchange/jbt-missing-{uuid.uuid4().hex}/k"
-        moves = [Move(h, missing if i == 4 else to, h.message) for i, h in enumerate(held)]
-        with pytest.raises(PutRefused, match="NOT_FOUND") as refused:
-            a.settle(moves)
-        assert refused.value.index == 4
-        assert a.depth(source) == 2  # 4 and 5: still held
-    finally:
-        a.close()
-    left, put = (sorted(m.body for m in _adapter_browse(broker, q)) for q in (source, target))
-    assert left == [b"m4", b"m5"]
-    assert put == [b"m0", b"m1", b"m2", b"m3"]
+    assert left == left_over
+    assert put == sorted(f"m{i}".encode() for i in range(count) if f"m{i}".encode()
+                         not in left_over)
 
 
 @only("rabbitmq")
