@@ -1,9 +1,10 @@
 """The client side of AMQP 0-9-1 for one connection, without I/O: bytes from the broker go in
-(``receive_data``) and events come out; requests go in and bytes to write come out
-(``data_to_send``). ``adapters.rabbitmq_client`` is the socket around it. Requests go to channel
-``CHANNEL`` unless they name another one opened with ``add_channel`` (a consumer each: RabbitMQ
-finds an ack among its channel's unacked deliveries in the order delivered, so consumers whose
-acks come in different orders are kept apart); one request is awaited at a time.
+(``receive_data``) and events (``adapters.amqp_events``) come out; requests go in and bytes to
+write come out (``data_to_send``). ``adapters.rabbitmq_client`` is the socket around it.
+Requests go to channel ``CHANNEL`` unless they name another one opened with ``add_channel`` (a
+consumer each: RabbitMQ finds an ack among its channel's unacked deliveries in the order
+delivered, so consumers whose acks come in different orders are kept apart); one request is
+awaited at a time.
 
 What the RabbitMQ adapter needs where pika's BlockingChannel costs too much (it writes and polls
 after every publish and ack): a batch of publishes and acks and its Tx.Commit written at once
@@ -27,12 +28,31 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pamqp import commands
 from pamqp import exceptions as pexceptions
 from pamqp import frame as pframe
+
+from adapters.amqp_events import (
+    CHANNEL,
+    Blocked,
+    CancelOk,
+    ChannelClosed,
+    Committed,
+    ConnectionClosed,
+    ConsumeOk,
+    DeclareOk,
+    Delivery,
+    Event,
+    GetEmpty,
+    Got,
+    Publish,
+    QosOk,
+    Ready,
+    Returned,
+    Unblocked,
+)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
@@ -43,7 +63,6 @@ _PUBLISH = struct.pack(">HHH", 60, 40, 0)  # Basic.Publish, reserved ticket
 _ACK = struct.Struct(">BHIHHQB")  # a whole Basic.Ack frame but its frame-end
 _OVERHEAD = _FRAME_HEAD.size + 1
 FRAME_MIN = 4096  # what either side may send before Tune (AMQP 0-9-1 frame-min-size)
-CHANNEL = 1
 
 # Reply codes a client closes the connection with when the broker breaks the protocol.
 FRAME_ERROR = 501
@@ -56,119 +75,6 @@ class ClientProtocolError(Exception):
     def __init__(self, text: str, reply_code: int = UNEXPECTED_FRAME) -> None:
         super().__init__(text)
         self.reply_code = reply_code
-
-
-class Publish(NamedTuple):
-    exchange: str
-    routing_key: str
-    properties: bytes  # the content header's property flags and list, encoded
-    body: bytes
-    mandatory: bool
-
-
-# -- events ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Ready:
-    """The channel is open (in transaction mode, when asked)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """Tx.Commit-Ok: the batch's publishes not returned are on their queues, its acks done."""
-
-
-@dataclass(frozen=True, slots=True)
-class Returned:
-    """A mandatory publish the broker could not route (Basic.Return and its content)."""
-
-    reply_code: int
-    reply_text: str
-    exchange: str
-    routing_key: str
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A message consumed (Basic.Deliver), or got (``Got``: ``consumer_tag`` None), on
-    ``channel`` (its delivery tag counts on that channel)."""
-
-    delivery_tag: int
-    redelivered: bool
-    exchange: str
-    routing_key: str
-    properties: bytes
-    body: bytes
-    consumer_tag: str | None = None
-    channel: int = CHANNEL
-
-
-@dataclass(frozen=True, slots=True)
-class Got(Delivery):
-    """The answer to a Basic.Get that found a message (Basic.Get-Ok)."""
-
-
-@dataclass(frozen=True, slots=True)
-class GetEmpty:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class DeclareOk:
-    queue: str
-    message_count: int
-    consumer_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class QosOk:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumeOk:
-    consumer_tag: str
-
-
-@dataclass(frozen=True, slots=True)
-class CancelOk:
-    consumer_tag: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelClosed:
-    """The broker closed ``channel``: nothing of an uncommitted batch was done. Close-Ok is
-    queued; ``open_channel`` opens it again when it was ``CHANNEL`` or the one a request was
-    awaited on (state CHANNEL_CLOSED)."""
-
-    reply_code: int
-    reply_text: str
-    channel: int = CHANNEL
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionClosed:
-    """The broker closed the connection (Close-Ok is queued) or answered our Close."""
-
-    reply_code: int
-    reply_text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Blocked:
-    """The broker holds our publishes back (a resource alarm) until ``Unblocked``."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Unblocked:
-    pass
-
-
-Event = (Ready | Committed | Returned | Delivery | Got | GetEmpty | DeclareOk | QosOk
-         | ConsumeOk | CancelOk | ChannelClosed | ConnectionClosed | Blocked | Unblocked)
 
 
 class State(enum.Enum):

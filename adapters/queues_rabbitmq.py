@@ -29,7 +29,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from adapters.amqp_client import (
+from adapters.amqp_events import (
     CancelOk,
     Committed,
     ConsumeOk,

@@ -28,7 +28,7 @@ import structlog
 from pamqp import exceptions as pexceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from adapters.amqp_client import Delivery
+from adapters.amqp_events import Delivery
 from adapters.amqp_properties import read_values
 from adapters.base import Held, Message, StagedFormat
 from adapters.rabbitmq_checks import Checks

@@ -31,11 +31,10 @@ import pika
 import pika.credentials
 from structlog.typing import FilteringBoundLogger
 
-from adapters.amqp_client import (
+from adapters.amqp_client import ClientChannel, ClientProtocolError, State
+from adapters.amqp_events import (
     Blocked,
     ChannelClosed,
-    ClientChannel,
-    ClientProtocolError,
     Committed,
     ConnectionClosed,
     ConsumeOk,
@@ -46,7 +45,6 @@ from adapters.amqp_client import (
     QosOk,
     Ready,
     Returned,
-    State,
     Unblocked,
 )
 from policies.errors import BrokerUnavailable

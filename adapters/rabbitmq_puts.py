@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pika
 import pika.exceptions
 
-from adapters.amqp_client import Delivery, Publish, Returned
+from adapters.amqp_events import Delivery, Publish, Returned
 from adapters.base import Held, Message, Move
 from adapters.rabbitmq_client import ChannelRefused, Consumer, encoded
 from adapters.rabbitmq_connection import Connection, describe, refusal_reason

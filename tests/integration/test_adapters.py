@@ -21,7 +21,7 @@ import structlog
 
 from adapters import rabbitmq_puts
 from adapters.activemq import ActiveMQ
-from adapters.amqp_client import Publish
+from adapters.amqp_events import Publish
 from adapters.base import Held, Message, Move, StagingBroker
 from adapters.rabbitmq import RabbitMQ
 from adapters.rabbitmq_client import Publisher, encoded

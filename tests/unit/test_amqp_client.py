@@ -20,11 +20,16 @@ from pamqp import header as pheader
 
 from adapters.amqp_client import (
     PROTOCOL_HEADER,
+    ClientChannel,
+    ClientProtocolError,
+    State,
+    ack_frame,
+    publish_frames,
+)
+from adapters.amqp_events import (
     Blocked,
     CancelOk,
     ChannelClosed,
-    ClientChannel,
-    ClientProtocolError,
     Committed,
     ConnectionClosed,
     ConsumeOk,
@@ -36,10 +41,7 @@ from adapters.amqp_client import (
     QosOk,
     Ready,
     Returned,
-    State,
     Unblocked,
-    ack_frame,
-    publish_frames,
 )
 from adapters.rabbitmq_client import decoded, encoded
 from tests.unit.amqp_wire import HEARTBEAT, body, chunked, content_header, method, raw_frame
