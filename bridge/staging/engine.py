@@ -291,9 +291,8 @@ class Engine:
         declared = time.monotonic()
         self.destinations.name()
         self.failures.undeliverable = self.destinations.undeliverable
-        self.broker.subscribe(self.layout.ready, self.ready_prefetch)
-        for queue in self.mover.streamed:
-            self.broker.subscribe(queue, self.level_prefetch)
+        # The tools count the running engines by the ready queue's consumers and wait for an
+        # answer from each: an engine counted must already hear the control topic.
         try:
             self.broker.listen(self.layout.control)
         except Refused as refused:
@@ -302,6 +301,9 @@ class Engine:
                 "the messages this engine holds (those due within about two minutes)",
                 topic=self.layout.control, error=str(refused),
             )
+        self.broker.subscribe(self.layout.ready, self.ready_prefetch)
+        for queue in self.mover.streamed:
+            self.broker.subscribe(queue, self.level_prefetch)
         self._connected = True
         self._connected_at = now_ms
         self._settled_since_connect = False

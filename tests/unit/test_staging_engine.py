@@ -797,3 +797,28 @@ def test_what_the_broker_confirmed_reaches_the_sinks_as_outcomes() -> None:
     assert kinds[Kind.EXPIRED].reason is MQFB_EXPIRATION
     assert sum(o.count for o in seen if o.kind is Kind.HOPPED) == stats.hops > 0
     assert stats.released == 1 and stats.expired == 1  # the engine's own counters too
+
+
+class CountsWhenSubscribed(MemoryBroker):
+    """Notes whether the control topic was heard by the time each queue got its consumer."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__("rabbitmq", clock=clock)
+        self.listening_when_subscribed: dict[str, bool] = {}
+
+    def subscribe(self, queue: str, prefetch: int) -> None:
+        self.listening_when_subscribed[queue] = LAYOUT.control in self.listening
+        super().subscribe(queue, prefetch)
+
+
+def test_an_engine_counted_as_running_already_hears_the_control_topic() -> None:
+    """The tools count the running engines by the ready queue's consumers and wait for an
+    answer from each (5 s): an engine that consumed the ready queue before it listened to
+    the control topic missed an order given meanwhile, and a listing then showed none of
+    what it held."""
+    clock = Clock()
+    broker = CountsWhenSubscribed(clock)
+    engine, _, _ = engine_for(broker, clock)
+    engine.step(T0)
+    assert broker.listening_when_subscribed[LAYOUT.ready] is True
+    assert all(broker.listening_when_subscribed.values())
