@@ -252,9 +252,10 @@ class LevelMover:
         levels' into their buffers, the control topic's orders to the operator orders, and the
         broker's expiries (from the queue ``expiries``) and the tools' notes to settle."""
         control, orders, holding = self.layout.control, self._orders, self._holding
+        heard: list[Held] = []
         for held in delivered:
             if held.queue == control:
-                orders.take(held.message, now_ms)
+                heard.append(held)
                 continue
             if held.queue == expiries:
                 holding.pending.append(self._broker_expired(held, now_ms))
@@ -280,6 +281,10 @@ class LevelMover:
                 holding.pending.append(self._hop(held, staged, now_ms))
                 continue
             holding.hold(held, staged)
+        # Orders last: a list order's answer then has every delivery of this poll in it (a
+        # listing reads the queues first, where a message on its way here shows nowhere).
+        for held in heard:
+            orders.take(held.message, now_ms)
 
     def _broker_expired(self, held: Held, now_ms: int) -> Work:
         """A message the broker expired on its own: dropped unless it asked for a report or to

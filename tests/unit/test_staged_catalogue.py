@@ -97,6 +97,23 @@ def test_a_file_sqlite_cannot_use_is_named(tmp_path: Path) -> None:
         open_file(str(bad))
 
 
+def test_a_list_order_answers_for_the_deliveries_that_came_with_it() -> None:
+    """An order heard in the same poll as deliveries is answered once they are held: a
+    listing reads the queues first, where a delivery on its way to the engine shows
+    nowhere, so an answer made before it was taken in left the message out."""
+    clock = Clock()
+    broker = MemoryBroker(clock=clock)
+    engine, _, _ = engine_for(broker, clock)
+    engine.step(T0)
+    soon = put_staged(broker, delay_ms=800, now=T0)
+    order = Order.new(OrderAction.LIST, "", REPLY, target=TARGET)
+    broker.publish(orders.destination(LAYOUT.control), order.message())
+    clock.now = T0 + 1
+    engine.step(clock.now)  # (the memory broker hands out what was heard first)
+    (reply,) = [m for _, m in broker.delivered(orders.destination(REPLY))]
+    assert [r["message_id"] for r in orders.rows_of(reply.body)] == [soon]
+
+
 def test_a_list_order_asking_for_the_catalogue_gets_its_rows(tmp_path: Path) -> None:
     clock = Clock()
     broker = MemoryBroker(clock=clock)
