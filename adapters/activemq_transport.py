@@ -10,12 +10,19 @@ transports are made of) for what the engine's traffic needs:
   RECEIPT and the next MESSAGE as separate small segments with Nagle on (its
   ``transport.tcpNoDelay`` is off by default), so the second waits for our delayed ACK: 40 ms
   per COMMIT.
+- TLS reads and writes one at a time. stomp.py reads on its receiver thread while others write,
+  and OpenSSL's connection state is not for two threads at once: with TLS 1.3, the session
+  tickets the broker sends after the handshake, read while the CONNECT was written, left about
+  one connection in thirty under load waiting for a CONNECTED that never came. The TLS socket is
+  non-blocking and each read or write holds a lock; the waits for the socket are outside it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +40,9 @@ CORK_BYTES = 256 * 1024
 RECV_BYTES = 64 * 1024
 
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+# How long a TLS read waits for the socket before it looks whether the connection is still
+# wanted (stomp.py ends its receiver loop on an empty read).
+TLS_WAIT_S = 1.0
 
 
 class Transport(StompTransport):  # type: ignore[misc]
@@ -42,6 +52,21 @@ class Transport(StompTransport):  # type: ignore[misc]
         self._corked: list[bytes] | None = None
         self._corked_bytes = 0
         self._tuned: object = None  # the socket the options below were set on
+        self._tls_lock = threading.Lock()  # one TLS read or write at a time
+
+    def attempt_connection(self) -> None:
+        super().attempt_connection()
+        if isinstance(self.socket, ssl.SSLSocket):
+            self.socket.setblocking(False)
+
+    def disconnect_socket(self) -> None:
+        sock = self.socket
+        if isinstance(sock, ssl.SSLSocket):
+            # Shut down under the lock, which wakes the receiver's wait; stomp.py's own
+            # ``unwrap`` of a non-blocking socket would race it (it finds nothing to unwrap now).
+            with self._tls_lock, contextlib.suppress(OSError, ValueError):
+                sock.shutdown(socket.SHUT_RDWR)
+        super().disconnect_socket()
 
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:
@@ -58,7 +83,7 @@ class Transport(StompTransport):  # type: ignore[misc]
             with self._cork_lock:
                 frames, self._corked = self._corked, None
             if frames and not failed:
-                super().send(b"".join(frames))
+                self._write(b"".join(frames))
 
     def send(self, encoded_frame: bytes) -> None:
         with self._cork_lock:
@@ -69,7 +94,25 @@ class Transport(StompTransport):  # type: ignore[misc]
                     return
                 frames, self._corked, self._corked_bytes = self._corked, [], 0
                 encoded_frame = b"".join(frames)
-        super().send(encoded_frame)
+        self._write(encoded_frame)
+
+    def _write(self, data: bytes) -> None:
+        sock = self.socket
+        if not isinstance(sock, ssl.SSLSocket):
+            super().send(data)
+            return
+        view = memoryview(data)
+        while view:
+            with self._tls_lock:
+                try:
+                    view = view[sock.send(view):]
+                    continue
+                except ssl.SSLWantWriteError:
+                    want: tuple[list[socket.socket], list[socket.socket]] = ([], [sock])
+                except ssl.SSLWantReadError:
+                    want = ([sock], [])
+            # OpenSSL takes the same bytes again once the socket is ready.
+            select.select(*want, [], TLS_WAIT_S)
 
     def receive(self) -> bytes:
         sock = self.socket
@@ -80,8 +123,29 @@ class Transport(StompTransport):  # type: ignore[misc]
                     self._tuned = sock
                 if _QUICKACK is not None:
                     sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        if isinstance(sock, ssl.SSLSocket):
+            return self._tls_receive(sock)
         data: bytes = super().receive()
         return data
+
+    def _tls_receive(self, sock: ssl.SSLSocket) -> bytes:
+        """The next bytes on a TLS socket, b"" once it is closed or no longer this transport's."""
+        while self.running and self.socket is sock:
+            with self._tls_lock:
+                try:
+                    data: bytes = sock.recv(RECV_BYTES)
+                    return data
+                except ssl.SSLWantReadError:
+                    want: tuple[list[socket.socket], list[socket.socket]] = ([sock], [])
+                except ssl.SSLWantWriteError:
+                    want = ([], [sock])
+                except (OSError, ValueError):
+                    return b""
+            try:
+                select.select(*want, [], TLS_WAIT_S)
+            except (OSError, ValueError):  # closed meanwhile
+                return b""
+        return b""
 
 
 class StompConnection(StompConnection12):  # type: ignore[misc]

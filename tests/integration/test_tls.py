@@ -24,6 +24,8 @@ import pika
 import pytest
 import stomp
 
+from adapters.activemq import ActiveMQ
+from policies.endpoints import Endpoint
 from tests.integration.bridgeproc import BridgeProcess, free_port
 from tests.integration.brokers import Broker
 from tests.integration.certs import Authority, Pair
@@ -223,6 +225,32 @@ def test_upstream_tls_verified_against_a_named_ca(broker: Broker, ca: Authority,
         for p in proxies:
             p.close()
     assert code == 0, proc.log()[-3000:]
+
+
+@pytest.mark.parametrize("broker", ["activemq"], indirect=True)
+def test_the_activemq_adapter_connects_over_tls_every_time(broker: Broker, ca: Authority,
+                                                           queue: str) -> None:
+    """stomp.py reads a TLS socket on its receiver thread while the caller writes the CONNECT;
+    with TLS 1.3 the session tickets sent after the handshake raced that write and about one
+    connection in thirty never saw its CONNECTED (an engine that counted its queues then hung).
+    Each of these adapters connects and counts a queue on its statistics connection, both
+    over stomp+ssl://, within the receipt timeout."""
+    front = ca.issue(f"broker-{uuid.uuid4().hex[:6]}", "localhost")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(front.cert), str(front.key))
+    proxy = TcpProxy((broker.stomp_host, broker.stomp_port), tls=ctx)
+    endpoint = Endpoint("localhost", proxy.port, broker.user, broker.password, tls=True,
+                        ca_file=str(ca.pem))
+    try:
+        for _ in range(40):
+            adapter = ActiveMQ(endpoint, receipt_timeout=5.0)
+            try:
+                adapter.connect()
+                assert adapter.depths([queue]) == {queue: 0}
+            finally:
+                adapter.close()
+    finally:
+        proxy.close()
 
 
 def _with_tls_upstream(command):  # type: ignore[no-untyped-def]
