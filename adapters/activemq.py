@@ -132,7 +132,6 @@ class ActiveMQ(Puts, Statistics):
         # The receipt on the last settle's ACKs, not waited for, and the ERRORs count before
         # them: the next settle checks both once its SENDs are answered.
         self._acks: tuple[str, int] | None = None
-        self._receipts_until = 0.0  # settles go with receipts until then (monotonic)
         self._expect: dict[str, float] = {}  # queue -> until when a head may be on its way
         self._polled: Inbox = queues.Queue()
         self._polled_queue: dict[str, str] = {}  # subscription id -> queue

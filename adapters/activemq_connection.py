@@ -16,7 +16,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from stomp import ConnectionListener  # type: ignore[import-untyped]
@@ -72,6 +72,8 @@ class Listener(ConnectionListener):  # type: ignore[misc]
         self.failed: dict[str, str] = {}  # receipt-id -> the ERROR's message
         self.errors: list[str] = []  # ERRORs that name no receipt
         self.routes: dict[str, Inbox] = {}
+        # ERRORs naming no receipt that are expected (``forgive``): (text, until when)
+        self._echoes: list[tuple[str, float]] = []
 
     def on_connected(self, frame: Frame) -> None:
         with self.cv:
@@ -98,9 +100,34 @@ class Listener(ConnectionListener):  # type: ignore[misc]
         with self.cv:
             if "receipt-id" in frame.headers:
                 self.failed[frame.headers["receipt-id"]] = text
-            else:
+            elif not self._echo(text):
                 self.errors.append(text)
             self.cv.notify_all()
+
+    def forgive(self, since: int, texts: Iterable[str], until: float) -> list[str]:
+        """The ERRORs naming no receipt that came since there were ``since``, less one ERROR
+        of each of ``texts`` (the echoes of refusals already answered for): an echo not among
+        them yet is not counted when it comes, up to ``until`` (``time.monotonic``)."""
+        with self.cv:
+            new = self.errors[since:]
+            for text in texts:
+                if text in new:
+                    new.remove(text)
+                else:
+                    self._echoes.append((text, until))
+            return new
+
+    def _echo(self, text: str) -> bool:
+        """Whether ``text`` is an expected echo (taken off the list); under ``cv``."""
+        if not self._echoes:
+            return False
+        now = time.monotonic()
+        self._echoes = [(t, until) for t, until in self._echoes if until > now]
+        for k, (t, _) in enumerate(self._echoes):
+            if t == text:
+                del self._echoes[k]
+                return True
+        return False
 
     def on_heartbeat_timeout(self) -> None:
         self._gone("no heart-beat from the broker")
@@ -141,7 +168,6 @@ class Connection:
     _peeks: dict[str, tuple[str, Inbox]]
     _heads: dict[str, Held]
     _acks: tuple[str, int] | None
-    _receipts_until: float
     _expect: dict[str, float]
     _polled: Inbox
     _polled_queue: dict[str, str]

@@ -37,9 +37,9 @@ DESTINATION_PREFIXES = ("/queue/", "/topic/", "/remote-temp-queue/", "/remote-te
 # Fewer go with receipts: a COMMIT costs milliseconds under load, which a trickle of releases
 # would wait for (see ``settle``).
 TX_MIN = 50
-# After ActiveMQ refused a COMMIT, settles go with receipts for this long: the batch comes
-# again, and its SENDs one by one name the one refused.
-RECEIPTS_AFTER_REFUSAL_S = 60.0
+# How long the ERROR (naming no receipt) of a SEND refused in a refused transaction is waited
+# for after its SEND was refused again with a receipt: not counted as a broker failure then.
+ECHO_WAIT_S = 60.0
 
 
 def valid_destination(destination: str) -> bool:
@@ -68,19 +68,17 @@ class Puts(Connection):
     _peek_wait: float
 
     def settle(self, moves: Sequence[Move]) -> None:
-        """Each SEND with a receipt, pipelined, then, when they are stored, the ACK of every move
-        whose SEND went through (one receipt, on the last, checked by the next settle); or,
-        from ``TX_MIN`` SENDs, the SENDs and every ACK in one transaction committed with a
-        receipt, so that a crash leaves each message on its source or its target (ACKs sent
-        after the COMMIT were lost with a killed bridge's socket: the batch twice). Not every
+        """Each SEND with a receipt, pipelined, or, from ``TX_MIN`` SENDs, all in one transaction
+        committed with a receipt; when they are stored, the ACK of every move whose SEND
+        went through (one receipt, on the last, checked by the next settle). Not every
         settle in a transaction: a COMMIT on ActiveMQ 5.17 took about 8 ms under load, and
         at 1,000 releases a second (settles of a few) that was most of the engine's time
         (p99 lateness 3.4-3.7 s with transactions, 44 ms without). A COMMIT that ActiveMQ
-        refuses (a SEND in it was refused, so it rolled back) closes the connection (see
-        ``_put_in_transaction``). Outside a transaction a crash between a SEND and its ACK
-        puts the message twice, never loses it. Any failure but a refused SEND closes the
-        connection, so the broker returns what was held; a refused SEND raises PutRefused
-        with the other moves done (``also_done``)."""
+        refuses (a SEND in it was refused, so it rolled back) is followed by the same SENDs
+        with receipts. A crash between a SEND and its ACK puts the message twice, never
+        loses it. Any failure but a refused SEND closes the connection, so the broker
+        returns what was held; a refused SEND raises PutRefused with the other moves done
+        (``also_done``)."""
         if not moves:
             return
         conn = self._live()
@@ -107,14 +105,17 @@ class Puts(Connection):
         acks, self._acks = self._acks, None
         errors = acks[1] if acks else len(self._listener.errors)
         try:
-            if len(sending) >= TX_MIN and time.monotonic() >= self._receipts_until:
-                self._put_in_transaction(conn, moves, sending, acks, errors)
-                refused: dict[int, str] = {}
-                to_ack: list[int] = []  # ACKed in the transaction
-            else:
-                refused = self._put_with_receipts(conn, moves, sending, acks, errors)
-                to_ack = [i for i in range(len(moves)) if i not in refused]
-            if to_ack:
+            refused: dict[int, str] | None = None
+            retried = False
+            if len(sending) >= TX_MIN:
+                refused = self._put_in_transaction(conn, moves, sending, acks, errors)
+                acks = None  # waited for with the COMMIT
+                retried = refused is None
+            if refused is None:
+                refused = self._put_with_receipts(conn, moves, sending, acks, errors,
+                                                  echoes=retried)
+            done = [i for i in range(len(moves)) if i not in refused]
+            if done:
                 # One receipt, on the last ACK, and not waited for: an ACK that is lost only
                 # means the message comes again, and the ACKs' round trip was a third of a
                 # settle's time. The broker answers frames in order, so the next settle finds
@@ -123,17 +124,15 @@ class Puts(Connection):
                 last = self._receipt()
                 errors = len(self._listener.errors)
                 with self._translate(), conn.transport.corked():
-                    for i in to_ack:
-                        extra = {"receipt": last} if i == to_ack[-1] else {}
+                    for i in done:
+                        extra = {"receipt": last} if i == done[-1] else {}
                         conn.ack(self._token(moves[i].held).ack_id, **extra)
                 self._acks = (last, errors)
         except BrokerUnavailable:
             self.close()
             raise
         next_head = time.monotonic() + self._peek_wait
-        for i in range(len(moves)):
-            if i in refused:
-                continue
+        for i in done:
             held = moves[i].held
             if self._heads.get(held.queue) is held:
                 del self._heads[held.queue]
@@ -143,17 +142,14 @@ class Puts(Connection):
             text = refused[first]
             self._log.debug("put refused", destination=moves[first].destination, error=text)
             raise PutRefused(first, activemq_reason(text), text, moves[first].destination or "",
-                             also_done=tuple(i for i in to_ack if i > first))
+                             also_done=tuple(i for i in done if i > first))
 
     def _put_in_transaction(self, conn: StompConnection, moves: Sequence[Move],
                             sending: list[int], acks: tuple[str, int] | None,
-                            errors: int) -> None:
-        """The SENDs and the ACKs of all ``moves`` in one transaction, committed with a
-        receipt. When ActiveMQ refuses the COMMIT (a SEND in it was refused), nothing of it
-        is stored, but its STOMP layer has forgotten the ACKs' messages: they cannot be ACKed
-        again on this connection. So BrokerUnavailable (the connection is closed and the
-        broker gives them back), and settles go with receipts for a while: when the batch
-        comes again, its SENDs one by one name the one refused."""
+                            errors: int) -> dict[int, str] | None:
+        """The SENDs in one transaction, committed with a receipt: {} when it is, None when
+        ActiveMQ refused the COMMIT (a SEND in it was refused: the transaction is rolled back,
+        nothing of it stored, and the SENDs go again with receipts, which name the one)."""
         tx, commit = self._receipt(), self._receipt()
         with self._translate(), conn.transport.corked():
             conn.begin(transaction=tx)
@@ -162,22 +158,22 @@ class Puts(Connection):
                 assert move.destination is not None and move.message is not None
                 self._send(conn, move.destination, move.message,
                            text=self._token(move.held).text, transaction=tx)
-            for move in moves:
-                conn.ack(self._token(move.held).ack_id, transaction=tx)
             conn.commit(transaction=tx, receipt=commit)
         failures = self._answers([commit], acks)
         if commit in failures:
-            self._receipts_until = time.monotonic() + RECEIPTS_AFTER_REFUSAL_S
-            raise BrokerUnavailable(
-                f"{self._where()}: a transaction of {len(moves)} moves was refused "
-                f"({failures[commit]}); they go back to their queues, and when they come "
-                "again they are put one by one")
+            self._log.debug("transaction refused, putting one by one", error=failures[commit])
+            return None
         self._no_new_errors(errors)
+        return {}
 
     def _put_with_receipts(self, conn: StompConnection, moves: Sequence[Move],
                            sending: list[int], acks: tuple[str, int] | None,
-                           errors: int) -> dict[int, str]:
-        """Each SEND with a receipt, pipelined: the refused ones' texts, by move."""
+                           errors: int, *, echoes: bool = False) -> dict[int, str]:
+        """Each SEND with a receipt, pipelined: the refused ones' texts, by move. ``echoes``:
+        the same SENDs were refused in a transaction first, where a refused SEND's ERROR
+        names no receipt and may come before or after the COMMIT's (ActiveMQ answers a
+        transaction's frames asynchronously: both were seen): one such ERROR of each
+        refusal's text is not counted, whenever it comes (within ECHO_WAIT_S)."""
         receipts: list[str] = []
         sends: dict[str, int] = {}  # a SEND's receipt -> its move
         with self._translate(), conn.transport.corked():
@@ -189,7 +185,13 @@ class Puts(Connection):
                 self._send(conn, move.destination, move.message,
                            text=self._token(move.held).text, receipt=receipts[-1])
         failures = self._answers(receipts, acks)
-        self._no_new_errors(errors)
+        if echoes:
+            new = self._listener.forgive(errors, failures.values(),
+                                         time.monotonic() + ECHO_WAIT_S)
+            if new:
+                raise BrokerUnavailable(f"{self._where()}: settle: {new[-1]}")
+        else:
+            self._no_new_errors(errors)
         return {sends[r]: text for r, text in failures.items()}
 
     def _answers(self, receipts: list[str], acks: tuple[str, int] | None) -> dict[str, str]:
