@@ -67,8 +67,14 @@ def test_reschedule_earlier_later_and_refused_past_its_expiry(setup: Staged) -> 
     later = cli(s, "reschedule", soon, "--in", "1h")
     assert later.returncode == 0, later.stdout + later.stderr
     assert later.stdout.startswith(f"rescheduled {soon}: due "), later.stdout
-    due = due_of(s, soon)
-    assert due is not None and due > now_ms() + HOUR_MS - 60_000, due  # (mypy: narrowed)
+    # On a loaded machine the engine may not have taken it yet: the tool then moved it itself,
+    # and the catalogue learns the new due time from the tool's note to the engine, a moment
+    # after.
+    deadline = time.monotonic() + 10
+    while (due := due_of(s, soon)) is not None and due < now_ms() + HOUR_MS - 60_000:
+        assert time.monotonic() < deadline, f"still listed due at {due}"
+        time.sleep(0.5)
+    assert due is not None
     assert inbox.take(1, timeout=8) == [], "released at its old due time"
 
     refused = cli(s, "reschedule", mortal, "--in", "4h")
