@@ -70,7 +70,9 @@ class Puts(Connection):
     def settle(self, moves: Sequence[Move]) -> None:
         """Each SEND with a receipt, pipelined, or, from ``TX_MIN`` SENDs, all in one transaction
         committed with a receipt; when they are stored, the ACK of every move whose SEND
-        went through (one receipt, on the last, checked by the next settle). Not every
+        went through (one receipt, on the last, checked by the next settle). The ACKs are not
+        in the transaction: ActiveMQ commits transacted STOMP ACKs several times slower
+        (docs/benchmarks.md, "Measurements behind design choices"). Not every
         settle in a transaction: a COMMIT on ActiveMQ 5.17 took about 8 ms under load, and
         at 1,000 releases a second (settles of a few) that was most of the engine's time
         (p99 lateness 3.4-3.7 s with transactions, 44 ms without). A COMMIT that ActiveMQ
