@@ -46,6 +46,15 @@ def ask(
             "cannot give the running staging engines an order", order=order.action.value,
             message_id=order.message_id or None, error=str(refused))
         return []
+    return answers_to(broker, order, wait_s, answers=answers)
+
+
+def answers_to(
+    broker: StagingBroker, order: Order, wait_s: float, *, answers: int | Callable[[], int],
+) -> list[Message]:
+    """Up to ``answers`` answers to ``order`` on its reply topic (listened to already), within
+    ``wait_s`` (``ask``)."""
+    reply = order.reply_topic
     got: list[Message] = []
     deadline = time.monotonic() + wait_s
     wanted = answers if isinstance(answers, int) else 1

@@ -44,6 +44,10 @@ class Holding:
         self.moved: collections.deque[tuple[int, str, Mapping[str, str], int]] = (
             collections.deque())
         self.moved_forgotten_ms = -1
+        self._moved_ids: collections.Counter[str] = collections.Counter()  # entries in ``moved``
+        # When a message with entries in ``moved`` left the staging queues (released,
+        # cancelled, ...): its earlier entries are not where a listing may find it now.
+        self.left: dict[str, int] = {}
 
     def hold(self, held: Held, staged: Staged) -> None:
         """Keep ``held`` for release at its due time."""
@@ -91,8 +95,33 @@ class Holding:
         that read that queue before the copy came would not see it otherwise."""
         moved = self.moved
         moved.append((now_ms, queue, headers, size))
+        message_id = headers.get(MESSAGE_ID)
+        if message_id is not None:
+            self._moved_ids[message_id] += 1
         while moved and (len(moved) > MOVED_MAX or moved[0][0] < now_ms - MOVED_KEEP_MS):
-            self.moved_forgotten_ms = moved.popleft()[0]
+            at, _, old, _ = moved.popleft()
+            self.moved_forgotten_ms = at
+            old_id = old.get(MESSAGE_ID)
+            if old_id is not None:
+                if self._moved_ids[old_id] > 1:
+                    self._moved_ids[old_id] -= 1
+                else:
+                    del self._moved_ids[old_id]
+                    self.left.pop(old_id, None)
+
+    def gone(self, message_id: str, now_ms: int) -> None:
+        """``message_id`` left the staging queues: what this engine let go of it before is no
+        longer listed (a listing right after its release showed it on its level)."""
+        if message_id in self._moved_ids:
+            self.left[message_id] = now_ms
+
+    def listed_moved(self, since_ms: int) -> Iterator[tuple[str, Mapping[str, str], int]]:
+        """(queue, headers, body size) of what was let go of from ``since_ms`` on and has not
+        left the staging queues since, newest first."""
+        left = self.left
+        for at, queue, headers, size in reversed(self.moved):
+            if at >= since_ms and (not left or left.get(headers.get(MESSAGE_ID, ""), -1) < at):
+                yield queue, headers, size
 
     def forget_moved(self, message_id: str) -> None:
         """What this engine let go of ``message_id`` earlier is not where a listing may find it
@@ -100,6 +129,8 @@ class Holding:
         if any(headers.get(MESSAGE_ID) == message_id for _, _, headers, _ in self.moved):
             self.moved = collections.deque(
                 m for m in self.moved if m[2].get(MESSAGE_ID) != message_id)
+            self._moved_ids.pop(message_id, None)
+            self.left.pop(message_id, None)
 
     def give_back(self, now_ms: int) -> None:
         """Forget everything held: the broker gives it back to its queue when the connection

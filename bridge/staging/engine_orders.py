@@ -29,6 +29,9 @@ from bridge.staging.orders import (
     NOTE_DUE,
     NOTE_EXPIRES,
     NOTE_TARGET,
+    NOTED_ACTIONS,
+    ORDER_ID,
+    REPLY_TOPIC,
     RESCHEDULED_BY,
     Order,
     OrderAction,
@@ -179,7 +182,13 @@ class OperatorOrders:
             self.log.warning("ignored a bad note from a tool", error=str(error))
             return Work(WorkKind.NOTED, Move(held))
         self._holding.forget_moved(headers[MESSAGE_ID])
-        return Work(WorkKind.NOTED, Move(held), noted=outcome)
+        # The tool waits for the answer, sent once the event is recorded: a listing it makes
+        # next finds the catalogue up to date.
+        action = NOTED_ACTIONS.get(kind)
+        reply, order_id = headers.get(REPLY_TOPIC), headers.get(ORDER_ID)
+        order = (Order(action, headers[MESSAGE_ID], order_id, reply)
+                 if action is not None and reply and order_id else None)
+        return Work(WorkKind.NOTED, Move(held), noted=outcome, order=order)
 
     def restore(self, now_ms: int) -> None:
         """The orders the catalogue kept, remembered again (after a restart: a staged cancel
@@ -203,10 +212,8 @@ class OperatorOrders:
              for w in self._holding.pending if w.staged is not None), picked, seen=seen)
         if order.moved_ms is not None:
             since = now_ms - order.moved_ms
-            rows += order.copy_rows(
-                ((queue, headers, size) for at, queue, headers, size
-                 in reversed(self._holding.moved)
-                 if at >= since), picked, seen=seen, moved=True)
+            rows += order.copy_rows(self._holding.listed_moved(since), picked, seen=seen,
+                                    moved=True)
         return rows
 
     @staticmethod

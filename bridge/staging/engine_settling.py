@@ -22,6 +22,7 @@ from bridge.staging.envelope import (
     EXPIRED_ON,
     FRAME_ONLY,
     KEPT,
+    MESSAGE_ID,
     PREFIX,
     RETRIES,
     RETRY_AT,
@@ -257,9 +258,15 @@ class Settler:
                 if w.noted is not None:
                     w.noted.at_ms = now_ms
                     outcomes.append(w.noted)
+                if w.order is not None and w.order.reply_topic:  # the tool waits for it
+                    self._answers.append((w.order.reply_topic, w.order.answer("noted")))
                 continue
             if kind is WorkKind.SERIES and w.series_key is not None:
                 self._series.remember(w.series_key, True)
+            if kind not in _ENTERS_LEVEL:
+                message_id = w.move.held.message.headers.get(MESSAGE_ID)
+                if message_id is not None:
+                    self._holding.gone(message_id, now_ms)
             if kind in _ENTERS_LEVEL:
                 if w.queue and w.move.message is not None:
                     self._holding.let_go(w.queue, w.move.message.headers,

@@ -14,7 +14,7 @@ import structlog
 
 from adapters.base import Message, StagedFormat, StagingBroker
 from bridge.staging import envelope
-from bridge.staging.asking import ANSWER_S, ask, reply_topic
+from bridge.staging.asking import ANSWER_S, answers_to, ask, reply_topic
 from bridge.staging.levels import Layout
 from bridge.staging.listing import catalogued_rows
 from bridge.staging.orders import (
@@ -25,6 +25,9 @@ from bridge.staging.orders import (
     NOTE_DUE,
     NOTE_EXPIRES,
     NOTE_TARGET,
+    NOTED_ACTIONS,
+    ORDER_ID,
+    REPLY_TOPIC,
     Order,
     OrderAction,
     destination,
@@ -106,11 +109,12 @@ def _iso(ms: int) -> str:
 
 
 def note(broker: StagingBroker, layout: Layout, kind: Kind, staged: Message, *,
-         due_ms: int | None = None, detail: str = "") -> bool:
+         due_ms: int | None = None, detail: str = "", answer_s: float = ANSWER_S) -> bool:
     """Tell one running engine what this tool did itself to ``staged`` (a note on the ready
     queue, which the engines share: one takes it and records the event in its journal, its
-    catalogue and its counters). False when no engine runs (nothing is sent): the tool
-    records it itself, if it can."""
+    catalogue and its counters), and wait up to ``answer_s`` for its answer that it has: a
+    listing made next then shows the change (the engines answer those from their catalogues).
+    False when no engine runs (nothing is sent): the tool records it itself, if it can."""
     try:
         if broker.consumers(layout.ready) == 0:
             return False
@@ -131,12 +135,22 @@ def note(broker: StagingBroker, layout: Layout, kind: Kind, staged: Message, *,
         headers[NOTE_DETAIL] = detail
     copy = {n: v for n, v in staged.headers.items() if n not in envelope.FRAME_ONLY}
     body = json.dumps({"size": len(staged.body), "headers": copy}).encode()
+    action = NOTED_ACTIONS.get(kind)
+    order = None if action is None else Order.new(action, info.message_id, reply_topic(layout))
+    if order is not None:
+        try:
+            broker.listen(str(order.reply_topic))
+            headers[ORDER_ID], headers[REPLY_TOPIC] = order.order_id, str(order.reply_topic)
+        except Refused:  # a user who may not read the topic: the note goes without
+            order = None
     try:
         broker.publish(broker.format.client_destination(layout.ready), Message(headers, body))
     except PutRefused as refused:
         structlog.get_logger("staging.tools").warning(
             "cannot hand the event to a running engine", error=str(refused))
         return False
+    if order is not None:
+        answers_to(broker, order, answer_s, answers=1)
     return True
 
 

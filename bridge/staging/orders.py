@@ -30,6 +30,7 @@ from enum import Enum
 from adapters.base import Held, Message
 from bridge.staging.catalogue import Entry
 from bridge.staging.envelope import DUE, MESSAGE_ID, PREFIX, TARGET
+from bridge.staging.outcomes import Kind
 from bridge.staging.series import JOB as SERIES_JOB
 from bridge.staging.series import summary as series_summary
 
@@ -78,6 +79,12 @@ class OrderAction(Enum):
     RELEASE = "release"
     LIST = "list"
     RESCHEDULE = "reschedule"
+
+
+# The order a tool's note stands for (the tool did it itself and told an engine): its answer says
+# the event is recorded.
+NOTED_ACTIONS = {Kind.CANCELLED: OrderAction.CANCEL, Kind.RELEASED_NOW: OrderAction.RELEASE,
+                 Kind.RESCHEDULED: OrderAction.RESCHEDULE}
 
 
 @dataclass(frozen=True, slots=True)
