@@ -123,7 +123,9 @@ class BridgeProcess:
         return self
 
     def _listening(self, timeout: float) -> bool:
-        """Start the process; True once its STOMP and admin ports take connections."""
+        """Start the process; True once its STOMP and admin ports take connections and it has
+        said it is listening."""
+        start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.command(), stdout=self.log_file, stderr=subprocess.STDOUT,
@@ -131,9 +133,22 @@ class BridgeProcess:
         )
         deadline = time.monotonic() + timeout
         # The admin API listens a moment after the STOMP port: wait for both.
-        return (wait_port(self.stomp_port, timeout, self.proc)
+        if not (wait_port(self.stomp_port, timeout, self.proc)
                 and wait_port(self.admin_port, max(0.1, deadline - time.monotonic()),
-                              self.proc))
+                              self.proc)):
+            return False
+        # Its AMQP listeners and its SIGTERM handler come a moment later, before the line that
+        # says it listens (a test connected to its AMQP port too early on a loaded machine, and
+        # a SIGTERM then ended it with -15).
+        while self.proc.poll() is None:
+            with open(self.log_path, "rb") as log:
+                log.seek(start)
+                if b'"event": "listening"' in log.read():
+                    return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
