@@ -75,6 +75,14 @@ class Listener(ConnectionListener):  # type: ignore[misc]
         # ERRORs naming no receipt that are expected (``forgive``): (text, until when)
         self._echoes: list[tuple[str, float]] = []
 
+    def await_connected(self, timeout: float) -> bool:
+        """Wait for CONNECTED, a lost connection or an ERROR, up to ``timeout``: whether
+        connected (stomp.py's own wait for CONNECTED has no end)."""
+        with self.cv:
+            self.cv.wait_for(lambda: self.connected or self.lost is not None or bool(self.errors),
+                             timeout)
+            return self.connected
+
     def on_connected(self, frame: Frame) -> None:
         with self.cv:
             self.connected = True
@@ -203,12 +211,7 @@ class Connection:
             conn.connect(ep.user, ep.password, wait=False)
         except (StompException, OSError) as exc:
             raise BrokerUnavailable(f"{self._where()}: {_refusal(ep, exc)}") from exc
-        with listener.cv:
-            listener.cv.wait_for(
-                lambda: listener.connected or listener.lost is not None or bool(listener.errors),
-                self._receipt_timeout,
-            )
-        if not listener.connected:
+        if not listener.await_connected(self._receipt_timeout):
             why = (listener.errors or [listener.lost or "no CONNECTED frame in time"])[0]
             _stop(conn)
             # ActiveMQ's words for credentials it refuses: "User name [x] or password is

@@ -175,15 +175,10 @@ class Statistics(Connection):
         tls(conn, ep)
         self._stats = (conn, inbox)
         try:
-            # stomp.py's own wait for CONNECTED has no end: a broker that never answers would
-            # hold the engine's loop here.
             conn.connect(ep.user, ep.password, wait=False)
-            with listener.cv:
-                listener.cv.wait_for(lambda: listener.connected or listener.lost is not None,
-                                     self._receipt_timeout)
-            if not listener.connected:
-                raise BrokerUnavailable(f"{self._where()}: statistics: CONNECT not answered "
-                                        f"({listener.lost or 'no CONNECTED frame in time'})")
+            if not listener.await_connected(self._receipt_timeout):
+                why = (listener.errors or [listener.lost or "no CONNECTED frame in time"])[0]
+                raise BrokerUnavailable(f"{self._where()}: statistics: CONNECT refused: {why}")
             conn.subscribe(STATISTICS_REPLY, id="stats", ack="auto",
                            headers={"transformation": "jms-map-json", "receipt": "stats"})
             with listener.cv:

@@ -263,10 +263,6 @@ class Settler:
                 continue
             if kind is WorkKind.SERIES and w.series_key is not None:
                 self._series.remember(w.series_key, True)
-            if kind not in _ENTERS_LEVEL:
-                message_id = w.move.held.message.headers.get(MESSAGE_ID)
-                if message_id is not None:
-                    self._holding.gone(message_id, now_ms)
             if kind in _ENTERS_LEVEL:
                 if w.queue and w.move.message is not None:
                     self._holding.let_go(w.queue, w.move.message.headers,
@@ -278,6 +274,10 @@ class Settler:
                 if kind is WorkKind.HOP:
                     hops += 1
                     continue
+            else:
+                message_id = w.move.held.message.headers.get(MESSAGE_ID)
+                if message_id is not None:
+                    self._holding.gone(message_id, now_ms)
             if kind is WorkKind.DROP:
                 continue
             if kind is WorkKind.INVALID:
